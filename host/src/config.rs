@@ -1,0 +1,125 @@
+//! Process configuration from the environment, read once.
+//!
+//! - `TFWASM_DEVICE_TYPE`: the device type TensorFlow shows (default `WASM`).
+//! - `TFWASM_POLICY`: the policy file (default: `tfwasm/device.toml` beside the plugin).
+//! - `TFWASM_GUEST`: the device guest, overriding the policy's `guest.path`.
+//! - `TFWASM_LOG`: log level (`error`, `warn`, `info`, `debug`, `trace`; default `warn`).
+
+use std::ffi::{CStr, CString};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use crate::error::Error;
+
+pub const DEFAULT_DEVICE_TYPE: &str = "WASM";
+
+/// The device type string TensorFlow registers, validated against the
+/// pattern TensorFlow enforces (`[A-Z][A-Z_]*`, checked by TF with an abort).
+pub fn device_type() -> Result<&'static CStr, Error> {
+    static TYPE: OnceLock<Result<CString, Error>> = OnceLock::new();
+    TYPE.get_or_init(|| {
+        let value = std::env::var("TFWASM_DEVICE_TYPE").unwrap_or_else(|_| DEFAULT_DEVICE_TYPE.to_owned());
+        validate_device_type(&value)?;
+        Ok(CString::new(value).expect("validated: no NUL"))
+    })
+    .as_ref()
+    .map(|c| c.as_c_str())
+    .map_err(Clone::clone)
+}
+
+pub fn validate_device_type(value: &str) -> Result<(), Error> {
+    let mut chars = value.chars();
+    let ok = matches!(chars.next(), Some('A'..='Z')) && chars.all(|c| c.is_ascii_uppercase() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "TFWASM_DEVICE_TYPE={value:?} is not a valid device type: it must match [A-Z][A-Z_]* (for example WASM or GPU)"
+        )))
+    }
+}
+
+/// Directory holding the defaults installed beside the plugin library
+/// (`<dir of libtfwasm.so>/tfwasm/`).
+pub fn install_dir() -> Option<PathBuf> {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the address to find the object containing it;
+    // `install_dir` itself is an address inside this library.
+    let found = unsafe { libc::dladdr(install_dir as *const libc::c_void, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr returned a NUL-terminated path owned by the loader.
+    let path = unsafe { CStr::from_ptr(info.dli_fname) };
+    let lib = PathBuf::from(path.to_string_lossy().into_owned());
+    Some(lib.parent()?.join("tfwasm"))
+}
+
+/// True if another file named like this library is already mapped into the
+/// process: a second copy (e.g. the wheel's and one from
+/// `TF_PLUGGABLE_DEVICE_LIBRARY_PATH`). TensorFlow initialises plugins one
+/// at a time, so the copy that sees another one mapped is the later one.
+pub fn other_copy_loaded() -> bool {
+    let Some(ours) = install_dir().and_then(|d| d.parent().map(|p| p.to_path_buf())) else { return false };
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
+    let our_dir = ours.canonicalize().unwrap_or(ours);
+    maps.lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .map(std::path::Path::new)
+        .filter(|path| path.file_name().is_some_and(|f| f == LIBRARY_FILE))
+        .any(|path| path.parent().map(|p| p.canonicalize().unwrap_or(p.to_path_buf())) != Some(our_dir.clone()))
+}
+
+/// The library's file name, as installed by the wheel.
+pub const LIBRARY_FILE: &str = "libtfwasm.so";
+
+/// Where the policy comes from: `TFWASM_POLICY`, else the installed default.
+pub fn policy_path() -> Result<PathBuf, Error> {
+    if let Some(path) = std::env::var_os("TFWASM_POLICY") {
+        return Ok(PathBuf::from(path));
+    }
+    install_dir()
+        .map(|dir| dir.join("device.toml"))
+        .ok_or_else(|| Error::Config("cannot locate the plugin's install directory; set TFWASM_POLICY".into()))
+}
+
+/// `TFWASM_GUEST`, if set: replaces the policy's guest path.
+pub fn guest_override() -> Option<PathBuf> {
+    std::env::var_os("TFWASM_GUEST").map(PathBuf::from)
+}
+
+/// Installs the log subscriber once (stderr, level from `TFWASM_LOG`).
+pub fn init_logging() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let level = match std::env::var("TFWASM_LOG").as_deref() {
+            Ok("error") => tracing::Level::ERROR,
+            Ok("info") => tracing::Level::INFO,
+            Ok("debug") => tracing::Level::DEBUG,
+            Ok("trace") => tracing::Level::TRACE,
+            _ => tracing::Level::WARN,
+        };
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .with_ansi(false)
+            .try_init();
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_type_pattern() {
+        assert!(validate_device_type("WASM").is_ok());
+        assert!(validate_device_type("GPU").is_ok());
+        assert!(validate_device_type("MY_DEV").is_ok());
+        assert!(validate_device_type("wasm").is_err());
+        assert!(validate_device_type("").is_err());
+        assert!(validate_device_type("_X").is_err());
+        assert!(validate_device_type("W1").is_err());
+    }
+}

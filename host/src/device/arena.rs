@@ -1,0 +1,203 @@
+//! The device's memory region and the host's record of what is live in it.
+//!
+//! The region is ordinary host memory (an anonymous mapping whose pages
+//! arrive on first touch), because TensorFlow's own DEVICE_DEFAULT kernels
+//! (AssignAdd, AssignSub, ...) dereference device pointers on the host. The
+//! guest decides *where* an allocation goes; the arena checks that answer
+//! (in bounds, aligned, not overlapping anything live) before a pointer
+//! leaves the host. Sizes are tracked here because TensorFlow may pass
+//! `size == 0` when it deallocates.
+
+use std::collections::BTreeMap;
+use std::ptr::NonNull;
+
+use parking_lot::Mutex;
+
+/// Alignment of every device allocation: TensorFlow's `Allocator::kAllocatorAlignment`.
+pub const ALIGNMENT: u64 = 64;
+
+/// Why the arena rejected a placement the guest proposed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementError {
+    #[error("offset {offset} + size {size} lies outside the {region} byte region (out of bounds)")]
+    OutOfBounds { offset: u64, size: u64, region: u64 },
+    #[error("offset {offset} is not aligned to {alignment} bytes (misaligned)")]
+    Misaligned { offset: u64, alignment: u64 },
+    #[error("[{offset}, {end}) overlaps the live allocation [{live_offset}, {live_end})", end = offset + size, live_end = live_offset + live_size)]
+    Overlap { offset: u64, size: u64, live_offset: u64, live_size: u64 },
+}
+
+pub struct DeviceArena {
+    base: NonNull<u8>,
+    len: u64,
+    /// Live allocations: offset → size.
+    live: Mutex<BTreeMap<u64, u64>>,
+}
+
+// SAFETY: the arena only hands out raw addresses; the mapping itself is
+// owned for the arena's lifetime and all bookkeeping is behind a mutex.
+unsafe impl Send for DeviceArena {}
+// SAFETY: see `Send`; `&DeviceArena` exposes no unsynchronised mutation.
+unsafe impl Sync for DeviceArena {}
+
+impl DeviceArena {
+    /// Reserves `len` bytes of address space. Pages are committed lazily by
+    /// the kernel on first touch, so a large region costs nothing until used.
+    pub fn new(len: u64) -> std::io::Result<DeviceArena> {
+        let size = usize::try_from(len).map_err(|_| std::io::Error::other("region too large"))?;
+        // SAFETY: an anonymous private mapping with no address hint; the
+        // result is checked for MAP_FAILED before use.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| std::io::Error::other("mmap returned null"))?;
+        Ok(DeviceArena { base, len, live: Mutex::new(BTreeMap::new()) })
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    /// Checks a guest's placement and records it as live.
+    pub fn commit(&self, offset: u64, size: u64) -> Result<*mut u8, PlacementError> {
+        let end = offset.checked_add(size).filter(|&end| end <= self.len);
+        if end.is_none() {
+            return Err(PlacementError::OutOfBounds { offset, size, region: self.len });
+        }
+        if offset % ALIGNMENT != 0 {
+            return Err(PlacementError::Misaligned { offset, alignment: ALIGNMENT });
+        }
+        let mut live = self.live.lock();
+        if let Some((&live_offset, &live_size)) = overlapping(&live, offset, size) {
+            return Err(PlacementError::Overlap { offset, size, live_offset, live_size });
+        }
+        live.insert(offset, size);
+        // SAFETY: offset + size <= len was checked above, so the result stays
+        // inside the mapping.
+        Ok(unsafe { self.base.as_ptr().add(offset as usize) })
+    }
+
+    /// Forgets the live allocation at `ptr` and returns `(offset, size)`.
+    pub fn release(&self, ptr: *const u8) -> Option<(u64, u64)> {
+        let offset = self.offset_of(ptr)?;
+        let size = self.live.lock().remove(&offset)?;
+        if size >= (1 << 20) {
+            self.discard(offset, size);
+        }
+        Some((offset, size))
+    }
+
+    /// Gives the pages fully inside a freed block back to the OS, so a
+    /// device that once peaked does not keep that much resident forever.
+    fn discard(&self, offset: u64, size: u64) {
+        let page = 4096u64;
+        let start = offset.div_ceil(page) * page;
+        let end = (offset + size) / page * page;
+        if end > start {
+            // SAFETY: [start, end) lies inside a block that was just released
+            // and inside the mapping; MADV_DONTNEED on private anonymous memory
+            // only drops contents (later reads see zeros).
+            unsafe {
+                libc::madvise(self.base.as_ptr().add(start as usize).cast(), (end - start) as usize, libc::MADV_DONTNEED);
+            }
+        }
+    }
+
+    /// The offset of `ptr` if it points into the region.
+    pub fn offset_of(&self, ptr: *const u8) -> Option<u64> {
+        let base = self.base.as_ptr() as usize;
+        let addr = ptr as usize;
+        (addr >= base && ((addr - base) as u64) < self.len).then(|| (addr - base) as u64)
+    }
+
+    /// True if `[ptr, ptr + size)` lies inside the region.
+    pub fn contains(&self, ptr: *const u8, size: u64) -> bool {
+        let base = self.base.as_ptr() as u64;
+        let addr = ptr as u64;
+        addr >= base && addr.checked_add(size).is_some_and(|end| end <= base + self.len)
+    }
+
+    /// Live allocations as `(offset, size)`, for re-adoption by a new guest instance.
+    pub fn live(&self) -> Vec<(u64, u64)> {
+        self.live.lock().iter().map(|(&o, &s)| (o, s)).collect()
+    }
+
+    /// Bytes the host knows to be live.
+    pub fn bytes_in_use(&self) -> u64 {
+        self.live.lock().values().sum()
+    }
+}
+
+impl Drop for DeviceArena {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` are exactly the mapping created in `new`.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len as usize);
+        }
+    }
+}
+
+/// The live allocation overlapping `[offset, offset + size)`, if any.
+fn overlapping(live: &BTreeMap<u64, u64>, offset: u64, size: u64) -> Option<(&u64, &u64)> {
+    let end = offset + size;
+    // The last allocation starting before `end` is the only candidate: live
+    // allocations never overlap each other.
+    live.range(..end).next_back().filter(|(&o, &s)| o + s > offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commits_and_rejects() {
+        let arena = DeviceArena::new(1 << 20).unwrap();
+        let p = arena.commit(0, 128).unwrap();
+        assert_eq!(p, arena.base());
+        assert!(matches!(arena.commit(64, 64), Err(PlacementError::Overlap { live_offset: 0, .. })));
+        assert!(matches!(arena.commit(1 << 20, 1), Err(PlacementError::OutOfBounds { .. })));
+        assert!(matches!(arena.commit(u64::MAX - 10, 64), Err(PlacementError::OutOfBounds { .. })));
+        assert!(matches!(arena.commit(130, 64), Err(PlacementError::Misaligned { .. })));
+        arena.commit(128, 64).unwrap();
+        // A block that ends exactly where the next one starts does not overlap.
+        arena.commit(192, 64).unwrap();
+        assert_eq!(arena.bytes_in_use(), 256);
+        assert_eq!(arena.release(p), Some((0, 128)));
+        assert_eq!(arena.release(p), None);
+        arena.commit(0, 64).unwrap();
+        assert!(arena.release(std::ptr::null()).is_none());
+    }
+
+    #[test]
+    fn region_is_host_addressable_and_zeroed() {
+        let arena = DeviceArena::new(8 << 20).unwrap();
+        let p = arena.commit(2 << 20, 2 << 20).unwrap();
+        // SAFETY: p..p+2MiB was just committed inside the region.
+        unsafe {
+            assert_eq!(*p, 0);
+            std::ptr::write_bytes(p, 7, 2 << 20);
+            assert_eq!(*p.add((2 << 20) - 1), 7);
+        }
+        assert!(arena.contains(p, 2 << 20));
+        assert!(!arena.contains(p, (6 << 20) + 1));
+        arena.release(p).unwrap();
+    }
+}

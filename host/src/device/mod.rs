@@ -1,0 +1,832 @@
+//! The core layer: one [`Device`] per `/device:WASM:N`.
+//!
+//! A device asks its guest for every decision (placement, stream order,
+//! event and timer state), checks each answer against what the host knows,
+//! and only then acts. This is the one place where guest answers and
+//! TensorFlow's handles are validated; below it, values are trusted.
+//!
+//! When a guest traps, runs past its deadline or gives an invalid answer,
+//! the device logs an error naming the guest, throws the instance away and
+//! starts a fresh one that adopts the allocations still live. Streams,
+//! events and timers created before the replacement keep working in
+//! host order (the host records the dependencies TensorFlow asked for, so it
+//! can order work without the guest). After `MAX_REPLACEMENTS` the device is
+//! disabled: allocations fail with a message that says why.
+
+pub mod arena;
+pub mod streams;
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use crate::error::Error;
+use crate::policy::Policy;
+use crate::sandbox::{
+    DeviceConfig, DeviceError, DeviceInfo, EventStatus, GuestInstance, GuestProgram, Ticket, Usage, WorkKind,
+};
+pub use arena::{DeviceArena, ALIGNMENT};
+pub use streams::{SendPtr, StreamQueue, WorkFn};
+
+/// How many times a device replaces a faulty guest instance before giving up.
+pub const MAX_REPLACEMENTS: u32 = 8;
+
+/// Handles given to TensorFlow encode the device ordinal in their top bits
+/// so handle-only callbacks (`SP_TimerFns::nanoseconds`) find their device.
+const ORDINAL_SHIFT: u32 = 48;
+
+/// A stream, event or timer handle as TensorFlow sees it.
+pub type Handle = u64;
+
+pub fn ordinal_of(handle: Handle) -> u32 {
+    (handle >> ORDINAL_SHIFT) as u32
+}
+
+/// What TensorFlow needs to describe a device, kept alive as C strings.
+#[derive(Debug)]
+pub struct Identity {
+    pub info: DeviceInfo,
+    pub hardware_name: CString,
+    pub vendor: CString,
+    pub pci_bus_id: CString,
+}
+
+/// Host record of a stream.
+struct StreamRecord {
+    queue: Arc<StreamQueue>,
+    /// The guest's id, while the instance that issued it is alive.
+    guest_id: Option<u64>,
+    /// Dependencies TensorFlow asked for that the next piece of work must honour.
+    required: Vec<(Arc<StreamQueue>, u64)>,
+}
+
+struct EventRecord {
+    guest_id: Option<u64>,
+    marker: Option<(Arc<StreamQueue>, u64)>,
+}
+
+struct TimerRecord {
+    guest_id: Option<u64>,
+    start: Option<(Arc<StreamQueue>, u64)>,
+    stop: Option<(Arc<StreamQueue>, u64)>,
+    times: Arc<Mutex<[Option<u64>; 2]>>,
+}
+
+/// Everything guarded by the guest lock: the instance and the host's view of
+/// the objects it manages, so both change together.
+struct GuestSlot {
+    instance: Option<GuestInstance>,
+    replacements: u32,
+    disabled: Option<String>,
+    streams: HashMap<Handle, StreamRecord>,
+    events: HashMap<Handle, EventRecord>,
+    timers: HashMap<Handle, TimerRecord>,
+}
+
+pub struct Device {
+    ordinal: u32,
+    /// `/device:WASM:0`, for messages.
+    name: String,
+    program: Arc<GuestProgram>,
+    config: DeviceConfig,
+    identity: Identity,
+    arena: DeviceArena,
+    slot: Mutex<GuestSlot>,
+    next_handle: AtomicU64,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device").field("name", &self.name).field("guest", &self.program.label()).finish()
+    }
+}
+
+impl Device {
+    /// Instantiates the guest for device `ordinal`, initialises it and maps
+    /// the device region.
+    pub fn new(program: &Arc<GuestProgram>, device_type: &str, ordinal: u32) -> Result<Arc<Device>, Error> {
+        let policy = program.policy();
+        let name = format!("/device:{device_type}:{ordinal}");
+        let config = DeviceConfig {
+            ordinal,
+            memory_size: policy.device.memory_bytes,
+            options: policy.guest_options(),
+        };
+        let mut instance = program.instantiate()?;
+        let info = init_instance(&mut instance, &config)?;
+        let identity = Identity {
+            hardware_name: c_string(&info.hardware_name),
+            vendor: c_string(&info.vendor),
+            pci_bus_id: c_string(&info.pci_bus_id),
+            info,
+        };
+        let arena = DeviceArena::new(policy.device.memory_bytes).map_err(|e| {
+            Error::Config(format!("{name}: cannot reserve {} bytes of device memory: {e}", policy.device.memory_bytes))
+        })?;
+        Ok(Arc::new(Device {
+            ordinal,
+            name,
+            program: program.clone(),
+            config,
+            identity,
+            arena,
+            slot: Mutex::new(GuestSlot {
+                instance: Some(instance),
+                replacements: 0,
+                disabled: None,
+                streams: HashMap::new(),
+                events: HashMap::new(),
+                timers: HashMap::new(),
+            }),
+            next_handle: AtomicU64::new(1),
+        }))
+    }
+
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn guest(&self) -> &str {
+        self.program.label()
+    }
+
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    pub fn arena(&self) -> &DeviceArena {
+        &self.arena
+    }
+
+    /// Why the device is disabled, if it is.
+    pub fn disabled(&self) -> Option<String> {
+        self.slot.lock().disabled.clone()
+    }
+
+    /// How many times the guest instance was replaced after a fault.
+    pub fn replacements(&self) -> u32 {
+        self.slot.lock().replacements
+    }
+
+    fn new_handle(&self) -> Handle {
+        (u64::from(self.ordinal) << ORDINAL_SHIFT) | self.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+
+    // ---------------------------------------------------------------- memory
+
+    /// Allocates `size` bytes where the guest says, after checking the answer.
+    pub fn allocate(&self, size: u64) -> Result<*mut u8, Error> {
+        // TensorFlow may ask for 0 bytes; it still wants a distinct non-null pointer.
+        let size = size.max(1);
+        let mut slot = self.slot.lock();
+        let answer = self.guest_call(&mut slot, "memory.allocate", |g, s| {
+            g.tfwasm_device_memory().call_allocate(s, size, ALIGNMENT)
+        })?;
+        match answer {
+            Ok(offset) => match self.arena.commit(offset, size) {
+                Ok(ptr) => Ok(ptr),
+                Err(placement) => {
+                    let error = Error::GuestInvalid {
+                        guest: self.guest().to_owned(),
+                        call: "memory.allocate".into(),
+                        reason: placement.to_string(),
+                    };
+                    self.replace_instance(&mut slot, &error);
+                    Err(error)
+                }
+            },
+            Err(DeviceError::OutOfMemory(_)) => Err(Error::OutOfMemory {
+                device: self.name.clone(),
+                guest: self.guest().to_owned(),
+                requested: size,
+                in_use: self.arena.bytes_in_use(),
+                limit: self.arena.len(),
+            }),
+            Err(other) => Err(self.refused("memory.allocate", other)),
+        }
+    }
+
+    /// Frees the allocation at `ptr`. The host record is authoritative: the
+    /// block is released even if the guest objects (it then only leaks in the
+    /// guest's view, which stays safe).
+    pub fn deallocate(&self, ptr: *const u8) -> Result<(), Error> {
+        let mut slot = self.slot.lock();
+        let Some((offset, _size)) = self.arena.release(ptr) else {
+            return Err(Error::InvalidArgument(format!("{}: deallocate of unknown pointer {ptr:?}", self.name)));
+        };
+        if slot.instance.is_some() {
+            match self.guest_call(&mut slot, "memory.free", |g, s| g.tfwasm_device_memory().call_free(s, offset)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!("{}", self.refused("memory.free", e)),
+                Err(e) => tracing::debug!("{e}"),
+            }
+        }
+        Ok(())
+    }
+
+    /// The guest's usage report, checked against the region.
+    pub fn usage(&self) -> Result<Usage, Error> {
+        let mut slot = self.slot.lock();
+        let usage = self.guest_call(&mut slot, "memory.usage", |g, s| g.tfwasm_device_memory().call_usage(s))?;
+        let limit_ok = usage.limit <= self.arena.len();
+        if !limit_ok || usage.bytes_in_use > usage.limit || usage.largest_free_block > usage.limit {
+            let error = Error::GuestInvalid {
+                guest: self.guest().to_owned(),
+                call: "memory.usage".into(),
+                reason: format!(
+                    "in use {} / largest free {} / limit {} do not fit the {} byte region",
+                    usage.bytes_in_use,
+                    usage.largest_free_block,
+                    usage.limit,
+                    self.arena.len()
+                ),
+            };
+            self.replace_instance(&mut slot, &error);
+            return Err(error);
+        }
+        Ok(usage)
+    }
+
+    // --------------------------------------------------------------- streams
+
+    pub fn create_stream(self: &Arc<Self>) -> Result<Handle, Error> {
+        let handle = self.new_handle();
+        let weak = Arc::downgrade(self);
+        let queue = StreamQueue::start(
+            handle,
+            Box::new(move |queue, seq, at_ns, outcome| match weak.upgrade() {
+                Some(device) => device.on_complete(queue, seq, at_ns, outcome),
+                None => queue.mark_completed(seq, outcome),
+            }),
+        )
+        .map_err(|e| Error::Internal(format!("cannot start a stream thread: {e}")))?;
+        let mut slot = self.slot.lock();
+        let guest_id = self.optional_guest_id(&mut slot, "streams.create-stream", |g, s| {
+            g.tfwasm_device_streams().call_create_stream(s)
+        });
+        slot.streams.insert(handle, StreamRecord { queue, guest_id, required: Vec::new() });
+        Ok(handle)
+    }
+
+    pub fn destroy_stream(&self, handle: Handle) {
+        let Some(queue) = self.slot.lock().streams.get(&handle).map(|r| r.queue.clone()) else {
+            tracing::warn!("{}: destroy of unknown stream {handle:#x}", self.name);
+            return;
+        };
+        // Let queued work finish before the guest forgets the stream.
+        queue.drain();
+        let mut slot = self.slot.lock();
+        if let Some(record) = slot.streams.remove(&handle) {
+            if let Some(id) = record.guest_id {
+                self.ignore_refusal(&mut slot, "streams.destroy-stream", |g, s| {
+                    g.tfwasm_device_streams().call_destroy_stream(s, id)
+                });
+            }
+        }
+        drop(slot);
+        queue.close();
+    }
+
+    /// Runs `work` on stream `handle` in the order the guest decides.
+    pub fn submit(&self, handle: Handle, kind: WorkKind, work: WorkFn) -> Result<(), Error> {
+        let mut slot = self.slot.lock();
+        let (queue, ticket) = self.order(&mut slot, handle, true, "streams.submit", |g, s, id| {
+            g.tfwasm_device_streams().call_submit(s, id, kind)
+        })?;
+        let (seq, after) = ticket;
+        queue.enqueue(seq, after, work);
+        Ok(())
+    }
+
+    /// `dependent` waits for everything submitted to `other` so far.
+    pub fn add_dependency(&self, dependent: Handle, other: Handle) -> Result<(), Error> {
+        let mut slot = self.slot.lock();
+        let other_record = slot.streams.get(&other).ok_or_else(|| self.unknown("stream", other))?;
+        let other_queue = other_record.queue.clone();
+        let other_id = other_record.guest_id;
+        let record = slot.streams.get_mut(&dependent).ok_or_else(|| self.unknown("stream", dependent))?;
+        let target = other_queue.submitted();
+        if target > other_queue.completed() && dependent != other {
+            record.required.push((other_queue, target));
+        }
+        if let (Some(a), Some(b)) = (record.guest_id, other_id) {
+            self.ignore_refusal(&mut slot, "streams.add-dependency", |g, s| {
+                g.tfwasm_device_streams().call_add_dependency(s, a, b)
+            });
+        }
+        Ok(())
+    }
+
+    /// `Err` with the first failure on the stream, if any.
+    pub fn stream_status(&self, handle: Handle) -> Result<(), Error> {
+        let mut slot = self.slot.lock();
+        let record = slot.streams.get(&handle).ok_or_else(|| self.unknown("stream", handle))?;
+        let host = record.queue.error();
+        if let Some(id) = record.guest_id {
+            if let Ok(Err(guest_message)) = self.guest_call(&mut slot, "streams.stream-status", |g, s| {
+                g.tfwasm_device_streams().call_stream_status(s, id)
+            }) {
+                if host.is_none() {
+                    tracing::warn!("{}: reports stream {handle:#x} failed: {guest_message}", self.guest());
+                }
+            }
+        }
+        match host {
+            Some(message) => Err(Error::Stream(format!("{}: stream {handle:#x} failed: {message}", self.name))),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks until all work submitted to the stream has run.
+    pub fn block_until_done(&self, handle: Handle) -> Result<(), Error> {
+        let queue = self.slot.lock().streams.get(&handle).map(|r| r.queue.clone());
+        queue.ok_or_else(|| self.unknown("stream", handle))?.drain();
+        Ok(())
+    }
+
+    pub fn synchronize_all(&self) {
+        let queues: Vec<_> = self.slot.lock().streams.values().map(|r| r.queue.clone()).collect();
+        for queue in queues {
+            queue.drain();
+        }
+    }
+
+    // ---------------------------------------------------------------- events
+
+    pub fn create_event(&self) -> Result<Handle, Error> {
+        let handle = self.new_handle();
+        let mut slot = self.slot.lock();
+        let guest_id = self.optional_guest_id(&mut slot, "streams.create-event", |g, s| {
+            g.tfwasm_device_streams().call_create_event(s)
+        });
+        slot.events.insert(handle, EventRecord { guest_id, marker: None });
+        Ok(handle)
+    }
+
+    pub fn destroy_event(&self, handle: Handle) {
+        let mut slot = self.slot.lock();
+        if let Some(EventRecord { guest_id: Some(id), .. }) = slot.events.remove(&handle) {
+            self.ignore_refusal(&mut slot, "streams.destroy-event", |g, s| {
+                g.tfwasm_device_streams().call_destroy_event(s, id)
+            });
+        }
+    }
+
+    pub fn record_event(&self, stream: Handle, event: Handle) -> Result<(), Error> {
+        let mut slot = self.slot.lock();
+        let event_id = slot.events.get(&event).ok_or_else(|| self.unknown("event", event))?.guest_id;
+        let (queue, (seq, after)) =
+            self.order(&mut slot, stream, event_id.is_some(), "streams.record-event", |g, s, id| {
+                let event_id = event_id.expect("asked only when the guest knows the event");
+                g.tfwasm_device_streams().call_record_event(s, id, event_id)
+            })?;
+        queue.enqueue(seq, after, Box::new(|| Ok(())));
+        if let Some(record) = slot.events.get_mut(&event) {
+            record.marker = Some((queue, seq));
+        }
+        Ok(())
+    }
+
+    pub fn wait_for_event(&self, stream: Handle, event: Handle) -> Result<(), Error> {
+        let mut slot = self.slot.lock();
+        let record = slot.events.get(&event).ok_or_else(|| self.unknown("event", event))?;
+        let (marker, event_id) = (record.marker.clone(), record.guest_id);
+        let stream_record = slot.streams.get_mut(&stream).ok_or_else(|| self.unknown("stream", stream))?;
+        if let Some((queue, seq)) = marker {
+            if queue.completed() < seq && queue.id != stream {
+                stream_record.required.push((queue, seq));
+            }
+        }
+        if let (Some(s_id), Some(e_id)) = (stream_record.guest_id, event_id) {
+            self.ignore_refusal(&mut slot, "streams.wait-event", |g, s| {
+                g.tfwasm_device_streams().call_wait_event(s, s_id, e_id)
+            });
+        }
+        Ok(())
+    }
+
+    /// The event's state as the guest reports it, checked against the host's
+    /// own record of the marker's completion.
+    pub fn event_status(&self, event: Handle) -> Result<EventStatus, Error> {
+        let mut slot = self.slot.lock();
+        let record = slot.events.get(&event).ok_or_else(|| self.unknown("event", event))?;
+        let host = match &record.marker {
+            None => EventStatus::Unknown,
+            Some((queue, seq)) if queue.completed() >= *seq => match queue.error() {
+                Some(_) => EventStatus::Error,
+                None => EventStatus::Complete,
+            },
+            Some(_) => EventStatus::Pending,
+        };
+        let Some(id) = record.guest_id else { return Ok(host) };
+        let Ok(guest) = self.guest_call(&mut slot, "streams.event-status", |g, s| {
+            g.tfwasm_device_streams().call_event_status(s, id)
+        }) else {
+            return Ok(host);
+        };
+        let terminal = |s: EventStatus| matches!(s, EventStatus::Complete | EventStatus::Error);
+        let consistent = guest == host || (terminal(guest) && terminal(host));
+        if !consistent {
+            let error = Error::GuestInvalid {
+                guest: self.guest().to_owned(),
+                call: "streams.event-status".into(),
+                reason: format!("reported {guest:?} for an event the host sees as {host:?}"),
+            };
+            self.replace_instance(&mut slot, &error);
+        }
+        Ok(host)
+    }
+
+    /// Blocks until the event's marker has run.
+    pub fn block_for_event(&self, event: Handle) -> Result<(), Error> {
+        let marker = {
+            let slot = self.slot.lock();
+            slot.events.get(&event).ok_or_else(|| self.unknown("event", event))?.marker.clone()
+        };
+        if let Some((queue, seq)) = marker {
+            queue.wait_for(seq);
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- timers
+
+    pub fn create_timer(&self) -> Result<Handle, Error> {
+        let handle = self.new_handle();
+        let mut slot = self.slot.lock();
+        let guest_id = self.optional_guest_id(&mut slot, "streams.create-timer", |g, s| {
+            g.tfwasm_device_streams().call_create_timer(s)
+        });
+        slot.timers.insert(handle, TimerRecord { guest_id, start: None, stop: None, times: Default::default() });
+        Ok(handle)
+    }
+
+    pub fn destroy_timer(&self, handle: Handle) {
+        let mut slot = self.slot.lock();
+        if let Some(TimerRecord { guest_id: Some(id), .. }) = slot.timers.remove(&handle) {
+            self.ignore_refusal(&mut slot, "streams.destroy-timer", |g, s| {
+                g.tfwasm_device_streams().call_destroy_timer(s, id)
+            });
+        }
+    }
+
+    /// Starts (`start`) or stops the timer once the stream's earlier work ran.
+    pub fn mark_timer(&self, stream: Handle, timer: Handle, start: bool) -> Result<(), Error> {
+        let mut slot = self.slot.lock();
+        let timer_id = slot.timers.get(&timer).ok_or_else(|| self.unknown("timer", timer))?.guest_id;
+        let (queue, (seq, after)) =
+            self.order(&mut slot, stream, timer_id.is_some(), "streams.mark-timer", |g, s, id| {
+                let timer_id = timer_id.expect("asked only when the guest knows the timer");
+                g.tfwasm_device_streams().call_mark_timer(s, id, timer_id, start)
+            })?;
+        let record = slot.timers.get_mut(&timer).expect("checked above, under the same lock");
+        let times = record.times.clone();
+        let index = usize::from(!start);
+        if start {
+            record.start = Some((queue.clone(), seq));
+            record.stop = None;
+            *times.lock() = [None, None];
+        } else {
+            record.stop = Some((queue.clone(), seq));
+        }
+        queue.enqueue(seq, after, Box::new(move || {
+            times.lock()[index] = Some(crate::sandbox::monotonic_ns());
+            Ok(())
+        }));
+        Ok(())
+    }
+
+    /// Nanoseconds between the timer's markers; 0 until both ran.
+    pub fn timer_nanoseconds(&self, timer: Handle) -> Result<u64, Error> {
+        let mut slot = self.slot.lock();
+        let record = slot.timers.get(&timer).ok_or_else(|| self.unknown("timer", timer))?;
+        let done = |m: &Option<(Arc<StreamQueue>, u64)>| m.as_ref().is_some_and(|(q, seq)| q.completed() >= *seq);
+        let both_ran = done(&record.start) && done(&record.stop);
+        let host = match *record.times.lock() {
+            [Some(a), Some(b)] if both_ran => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        let Some(id) = record.guest_id else { return Ok(host.unwrap_or(0)) };
+        match self.guest_call(&mut slot, "streams.timer-elapsed", |g, s| {
+            g.tfwasm_device_streams().call_timer_elapsed(s, id)
+        }) {
+            Ok(Some(elapsed)) if both_ran => Ok(elapsed),
+            Ok(Some(_)) => {
+                let error = Error::GuestInvalid {
+                    guest: self.guest().to_owned(),
+                    call: "streams.timer-elapsed".into(),
+                    reason: "reported an elapsed time before both timer markers ran".into(),
+                };
+                self.replace_instance(&mut slot, &error);
+                Ok(0)
+            }
+            _ => Ok(host.unwrap_or(0)),
+        }
+    }
+
+    // -------------------------------------------------------------- internals
+
+    /// Called on a stream thread after a job ran: tell the guest and publish
+    /// the completion under the guest lock, so the two views never disagree.
+    fn on_complete(&self, queue: &StreamQueue, seq: u64, at_ns: u64, outcome: Result<(), String>) {
+        let mut slot = self.slot.lock();
+        if let Err(message) = &outcome {
+            tracing::error!("{}: work {seq} on stream {:#x} failed: {message}", self.name, queue.id);
+        }
+        if let Some(id) = slot.streams.get(&queue.id).and_then(|r| r.guest_id) {
+            let ok = outcome.is_ok();
+            if let Err(e) = self.guest_call(&mut slot, "streams.complete", |g, s| {
+                g.tfwasm_device_streams().call_complete(s, id, seq, at_ns, ok)
+            }) {
+                tracing::debug!("{e}");
+            }
+        }
+        queue.mark_completed(seq, outcome);
+    }
+
+    /// Asks the guest to order a piece of work on `stream` and checks the
+    /// ticket; falls back to host order when the guest cannot answer.
+    fn order(
+        &self,
+        slot: &mut GuestSlot,
+        stream: Handle,
+        guest_orders: bool,
+        call: &str,
+        ask: impl FnOnce(&crate::sandbox::Device, &mut wasmtime::Store<crate::sandbox::GuestState>, u64) -> wasmtime::Result<Result<Ticket, DeviceError>>,
+    ) -> Result<(Arc<StreamQueue>, (u64, Vec<(Arc<StreamQueue>, u64)>)), Error> {
+        let record = slot.streams.get_mut(&stream).ok_or_else(|| self.unknown("stream", stream))?;
+        let required = std::mem::take(&mut record.required);
+        let queue = record.queue.clone();
+        let host_order = |required: Vec<(Arc<StreamQueue>, u64)>| (queue.submitted() + 1, required);
+        let Some(id) = record.guest_id.filter(|_| guest_orders) else {
+            return Ok((queue.clone(), host_order(required)));
+        };
+        let answer = self.guest_call(slot, call, |g, s| ask(g, s, id));
+        let ticket = match answer {
+            Ok(Ok(ticket)) => ticket,
+            Ok(Err(refusal)) => {
+                // The guest refuses to order this work; TF must still make progress.
+                tracing::warn!("{}; ordering it on the host", self.refused(call, refusal));
+                return Ok((queue.clone(), host_order(required)));
+            }
+            Err(_) => return Ok((queue.clone(), host_order(required))),
+        };
+        match self.check_ticket(slot, &queue, &ticket, &required) {
+            Ok(after) => Ok((queue, (ticket.seq, after))),
+            Err(reason) => {
+                let error = Error::GuestInvalid { guest: self.guest().to_owned(), call: call.to_owned(), reason };
+                self.replace_instance(slot, &error);
+                Ok((queue.clone(), host_order(required)))
+            }
+        }
+    }
+
+    /// A ticket is valid if its seq moves the stream forward, every
+    /// dependency names work already submitted, and it honours every
+    /// dependency TensorFlow asked for.
+    fn check_ticket(
+        &self,
+        slot: &GuestSlot,
+        queue: &Arc<StreamQueue>,
+        ticket: &Ticket,
+        required: &[(Arc<StreamQueue>, u64)],
+    ) -> Result<Vec<(Arc<StreamQueue>, u64)>, String> {
+        let last = queue.submitted();
+        if ticket.seq <= last {
+            return Err(format!("seq {} does not follow the stream's last seq {last} (bad seq)", ticket.seq));
+        }
+        let mut after = Vec::with_capacity(ticket.after.len());
+        for dep in &ticket.after {
+            let other = slot
+                .streams
+                .values()
+                .find(|r| r.guest_id == Some(dep.stream))
+                .map(|r| r.queue.clone())
+                .ok_or_else(|| format!("dependency on unknown stream {}", dep.stream))?;
+            if Arc::ptr_eq(&other, queue) {
+                if dep.seq >= ticket.seq {
+                    return Err(format!("seq {} depends on its own later work {}", ticket.seq, dep.seq));
+                }
+                continue;
+            }
+            let submitted = other.submitted();
+            if dep.seq > submitted {
+                return Err(format!(
+                    "dependency on seq {} of stream {} which has only {submitted} submitted (a dangling dependency would hang)",
+                    dep.seq, dep.stream
+                ));
+            }
+            after.push((other, dep.seq));
+        }
+        for (queue, seq) in required {
+            let honoured = queue.completed() >= *seq || after.iter().any(|(q, s)| Arc::ptr_eq(q, queue) && s >= seq);
+            if !honoured {
+                return Err(format!("ticket ignores a required wait for seq {seq} on stream {:#x}", queue.id));
+            }
+        }
+        Ok(after)
+    }
+
+    /// Runs one call on the live instance; a fault replaces the instance.
+    fn guest_call<R>(
+        &self,
+        slot: &mut GuestSlot,
+        call: &str,
+        body: impl FnOnce(&crate::sandbox::Device, &mut wasmtime::Store<crate::sandbox::GuestState>) -> wasmtime::Result<R>,
+    ) -> Result<R, Error> {
+        if let Some(reason) = &slot.disabled {
+            return Err(Error::DeviceDisabled { device: self.name.clone(), reason: reason.clone() });
+        }
+        let Some(instance) = slot.instance.as_mut() else {
+            return Err(Error::Internal(format!("{}: no guest instance", self.name)));
+        };
+        match instance.with_bindings(call, body) {
+            Ok(value) => Ok(value),
+            Err(error) => {
+                if error.is_guest_fault() {
+                    self.replace_instance(slot, &error);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Creates a guest-side object; `None` (host-managed) if the guest cannot.
+    fn optional_guest_id(
+        &self,
+        slot: &mut GuestSlot,
+        call: &str,
+        body: impl FnOnce(&crate::sandbox::Device, &mut wasmtime::Store<crate::sandbox::GuestState>) -> wasmtime::Result<Result<u64, DeviceError>>,
+    ) -> Option<u64> {
+        match self.guest_call(slot, call, body) {
+            Ok(Ok(id)) => Some(id),
+            Ok(Err(refusal)) => {
+                tracing::warn!("{}; the host manages it instead", self.refused(call, refusal));
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    fn ignore_refusal(
+        &self,
+        slot: &mut GuestSlot,
+        call: &str,
+        body: impl FnOnce(&crate::sandbox::Device, &mut wasmtime::Store<crate::sandbox::GuestState>) -> wasmtime::Result<Result<(), DeviceError>>,
+    ) {
+        match self.guest_call(slot, call, body) {
+            Ok(Ok(())) => {}
+            Ok(Err(refusal)) => tracing::warn!("{}", self.refused(call, refusal)),
+            Err(e) => tracing::debug!("{e}"),
+        }
+    }
+
+    /// Throws away a faulty instance and starts a fresh one that adopts the
+    /// live allocations. Objects of the old instance become host-managed.
+    fn replace_instance(&self, slot: &mut GuestSlot, fault: &Error) {
+        if let Some(instance) = slot.instance.as_mut() {
+            instance.retire(fault.clone());
+        }
+        for record in slot.streams.values_mut() {
+            record.guest_id = None;
+        }
+        for record in slot.events.values_mut() {
+            record.guest_id = None;
+        }
+        for record in slot.timers.values_mut() {
+            record.guest_id = None;
+        }
+        slot.replacements += 1;
+        if slot.replacements > MAX_REPLACEMENTS {
+            let reason = format!(
+                "{} failed {} times; last: {fault}. Fix the guest or its policy and restart the process",
+                self.guest(),
+                slot.replacements
+            );
+            tracing::error!("tfwasm: {} is disabled: {reason}", self.name);
+            slot.instance = None;
+            slot.disabled = Some(reason);
+            return;
+        }
+        tracing::error!("{fault}; {} replaces the instance (replacement {} of at most {MAX_REPLACEMENTS})", self.name, slot.replacements);
+        let fresh = self.program.instantiate().and_then(|mut instance| {
+            init_instance(&mut instance, &self.config)?;
+            let live = self.arena.live();
+            match instance.with_bindings("memory.adopt", |g, s| g.tfwasm_device_memory().call_adopt(s, &live))? {
+                Ok(()) => Ok(instance),
+                Err(e) => Err(self.refused("memory.adopt", e)),
+            }
+        });
+        match fresh {
+            Ok(instance) => slot.instance = Some(instance),
+            Err(error) => {
+                let reason = format!("could not replace the faulty instance of {}: {error}", self.guest());
+                tracing::error!("tfwasm: {} is disabled: {reason}", self.name);
+                slot.instance = None;
+                slot.disabled = Some(reason);
+            }
+        }
+    }
+
+    fn refused(&self, call: &str, error: DeviceError) -> Error {
+        let reason = match error {
+            DeviceError::OutOfMemory(n) => format!("out of memory for {n} bytes"),
+            DeviceError::UnknownHandle(h) => format!("unknown handle {h}"),
+            DeviceError::InvalidArgument(m) => format!("invalid argument: {m}"),
+            DeviceError::Internal(m) => m,
+        };
+        Error::GuestRefused { guest: self.guest().to_owned(), call: call.to_owned(), reason }
+    }
+
+    fn unknown(&self, what: &str, handle: Handle) -> Error {
+        Error::InvalidArgument(format!("{}: unknown {what} handle {handle:#x}", self.name))
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        for record in self.slot.get_mut().streams.values() {
+            record.queue.close();
+        }
+    }
+}
+
+/// Calls the guest's `init` and checks what it says about itself.
+fn init_instance(instance: &mut GuestInstance, config: &DeviceConfig) -> Result<DeviceInfo, Error> {
+    let guest = instance.label().to_owned();
+    let info = instance
+        .with_bindings("identity.init", |g, s| g.tfwasm_device_identity().call_init(s, config))?
+        .map_err(|reason| Error::GuestLoad { guest: guest.clone(), reason: format!("init refused: {reason}") })?;
+    let invalid = |reason: String| Error::GuestInvalid { guest: guest.clone(), call: "identity.init".into(), reason };
+    for (field, value) in [("hardware-name", &info.hardware_name), ("vendor", &info.vendor), ("pci-bus-id", &info.pci_bus_id)] {
+        if value.len() > 256 || value.contains('\0') {
+            return Err(invalid(format!("{field} must be at most 256 bytes without NUL")));
+        }
+    }
+    if !info.gflops.is_finite() || info.gflops < 0.0 {
+        return Err(invalid(format!("gflops {} is not a finite non-negative number", info.gflops)));
+    }
+    Ok(info)
+}
+
+fn c_string(value: &str) -> CString {
+    CString::new(value).unwrap_or_default()
+}
+
+/// Every device of the process, set up once from the policy.
+#[derive(Debug)]
+pub struct Platform {
+    pub devices: Vec<Arc<Device>>,
+    /// Why there are no devices, when there are none.
+    pub failure: Option<Error>,
+}
+
+impl Platform {
+    /// Loads the policy and guest named by the environment and starts one
+    /// guest instance per device. Never fails: a broken setup yields a
+    /// platform with zero devices and the reason, logged once.
+    pub fn from_environment(device_type: &str) -> Platform {
+        let result = crate::config::policy_path().and_then(|path| {
+            let mut policy = Policy::load(&path)?;
+            if let Some(guest) = crate::config::guest_override() {
+                policy.guest.path = guest;
+            }
+            Platform::start(&policy, device_type)
+        });
+        match result {
+            Ok(devices) => Platform { devices, failure: None },
+            Err(error) => {
+                tracing::error!("{error}. TensorFlow continues without {device_type} devices.");
+                Platform { devices: Vec::new(), failure: Some(error) }
+            }
+        }
+    }
+
+    /// Starts `policy.device.count` devices running the policy's guest.
+    pub fn start(policy: &Policy, device_type: &str) -> Result<Vec<Arc<Device>>, Error> {
+        let program = GuestProgram::load(policy)?;
+        (0..policy.device.count).map(|ordinal| Device::new(&program, device_type, ordinal)).collect()
+    }
+
+    pub fn device(&self, ordinal: u32) -> Option<&Arc<Device>> {
+        self.devices.get(ordinal as usize)
+    }
+
+    /// True if `[ptr, ptr + len)` lies in some device's region.
+    pub fn owns(&self, ptr: *const u8, len: u64) -> bool {
+        self.devices.iter().any(|d| d.arena().contains(ptr, len))
+    }
+}
+
+/// The process's platform, created on first use (in `SE_InitPlugin`).
+pub fn platform(device_type: &str) -> &'static Platform {
+    static PLATFORM: OnceLock<Platform> = OnceLock::new();
+    PLATFORM.get_or_init(|| Platform::from_environment(device_type))
+}

@@ -1,0 +1,38 @@
+//! # tfwasm host
+//!
+//! A TensorFlow PluggableDevice whose device logic runs as sandboxed
+//! WebAssembly. TensorFlow loads this library (`libtfwasm.so`) and calls its
+//! C entry points; the library asks a wasm guest for every device decision,
+//! checks the answer, and does the work natively.
+//!
+//! ```text
+//! TensorFlow ──C ABI──▶ abi/ ──▶ device/ (validation, state) ──WIT──▶ sandbox/ ─▶ guest
+//!                                   └──▶ kernels/ on rayon (compute, no guest involved)
+//! ```
+//!
+//! - [`abi`]: every `extern "C"` item (StreamExecutor, kernels), `#[repr(C)]`
+//!   mirrors, status reporting, panic containment. No logic.
+//! - [`device`]: the [`device::Device`] a TensorFlow device maps to: its
+//!   [`device::DeviceArena`] (host-addressable memory whose placement the guest
+//!   decides and the host verifies) and its streams (work queues ordered by
+//!   the guest, run by the host).
+//! - [`sandbox`]: the shared wasmtime `Engine`, one `Store` per guest instance,
+//!   memory caps, per-call epoch deadlines, trap recovery.
+//! - [`policy`]: the serde manifest that says which guest runs with which limits.
+//! - [`kernels`]: native compute kernels registered through `TF_InitKernel`.
+//!
+//! ## Unsafe code
+//!
+//! `unsafe` lives in `abi/` (raw pointers from TensorFlow) and in
+//! `device/arena.rs` (the device region). Each block carries a `// SAFETY:`
+//! comment that can be checked locally. The Rust API of this crate is safe.
+
+pub mod abi;
+pub mod config;
+pub mod device;
+pub mod error;
+pub mod kernels;
+pub mod policy;
+pub mod sandbox;
+
+pub use error::{Error, Result};

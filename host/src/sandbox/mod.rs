@@ -1,0 +1,307 @@
+//! The wasm sandbox: one shared [`Engine`], one [`Store`] per guest instance.
+//!
+//! - [`GuestProgram`] is a compiled, linked guest (`InstancePre`), shared by
+//!   every device that runs it.
+//! - [`GuestInstance`] is one live instance with its own `Store`: its memory
+//!   cap (wasmtime `StoreLimits`), its WASI context (empty unless the policy
+//!   grants capabilities) and its per-call CPU deadline (epoch interruption,
+//!   driven by one ticker thread for the whole process).
+//!
+//! Every call goes through [`GuestInstance::call`], which turns a trap, an
+//! exhausted deadline or a failed memory grow into an [`Error`] that names
+//! the guest. After such a fault the instance is never called again; the
+//! owner replaces it with [`GuestProgram::instantiate`].
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::error::Error;
+use crate::policy::Policy;
+
+wasmtime::component::bindgen!({
+    path: "../wit/device",
+    world: "device",
+});
+
+pub use exports::tfwasm::device::memory::MemoryUsage as Usage;
+pub use exports::tfwasm::device::streams::{Dependency, EventState as EventStatus, Ticket, WorkKind};
+pub use tfwasm::device::types::{DeviceConfig, DeviceError, DeviceInfo};
+
+/// Length of one epoch tick: the granularity of call deadlines.
+const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// The process-wide engine. Created on first use, with a ticker thread that
+/// advances its epoch so call deadlines fire.
+pub fn engine() -> Result<&'static Engine, Error> {
+    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let mut config = Config::new();
+            config.epoch_interruption(true);
+            // Calls are synchronous and short; skip the async machinery (~3×
+            // cheaper component calls in wasmtime 48).
+            config.concurrency_support(false);
+            // We live inside Python and TensorFlow, which own the process's
+            // signal handlers (faulthandler, TF's own). Explicit bounds checks
+            // cost guest code ~1.5× but guest calls are tiny and rare compared
+            // with compute, and a guest fault can then never reach a foreign
+            // signal handler and kill the process.
+            config.signals_based_traps(false);
+            // SAFETY: these Cranelift flags only disable Spectre mitigations that
+            // rely on faulting loads, which wasmtime requires when signal-based
+            // traps are off; they do not affect memory safety of the sandbox.
+            unsafe {
+                config.cranelift_flag_set("enable_heap_access_spectre_mitigation", "false");
+                config.cranelift_flag_set("enable_table_access_spectre_mitigation", "false");
+            }
+            config.max_wasm_stack(512 << 10);
+            let engine = Engine::new(&config).map_err(|e| format!("{e:#}"))?;
+            let weak = engine.weak();
+            std::thread::Builder::new()
+                .name("tfwasm-epoch".into())
+                .spawn(move || {
+                    while let Some(engine) = weak.upgrade() {
+                        engine.increment_epoch();
+                        drop(engine);
+                        std::thread::sleep(EPOCH_TICK);
+                    }
+                })
+                .map_err(|e| format!("cannot start the epoch ticker: {e}"))?;
+            Ok(engine)
+        })
+        .as_ref()
+        .map_err(|e| Error::Internal(format!("cannot create the wasm engine: {e}")))
+}
+
+/// Per-store state: the WASI context and the limits of one instance.
+pub struct GuestState {
+    guest: Arc<str>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl tfwasm::device::host::Host for GuestState {
+    fn log(&mut self, level: tfwasm::device::host::LogLevel, message: String) {
+        use tfwasm::device::host::LogLevel;
+        // Guests cannot flood the log with megabyte lines.
+        let message: String = message.chars().take(4096).collect();
+        let guest = &*self.guest;
+        match level {
+            LogLevel::Trace => tracing::trace!("{guest}: {message}"),
+            LogLevel::Debug => tracing::debug!("{guest}: {message}"),
+            LogLevel::Info => tracing::info!("{guest}: {message}"),
+            LogLevel::Warn => tracing::warn!("{guest}: {message}"),
+            LogLevel::Error => tracing::error!("{guest}: {message}"),
+        }
+    }
+
+    fn now_ns(&mut self) -> u64 {
+        monotonic_ns()
+    }
+}
+
+impl tfwasm::device::types::Host for GuestState {}
+
+/// Nanoseconds on the host's monotonic clock, from the first call.
+pub fn monotonic_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// A compiled and linked guest, ready to instantiate.
+pub struct GuestProgram {
+    /// `guest 'NAME' (FILE)`: how every message refers to this guest.
+    label: Arc<str>,
+    policy: Policy,
+    pre: DevicePre<GuestState>,
+}
+
+impl std::fmt::Debug for GuestProgram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuestProgram").field("label", &self.label).finish()
+    }
+}
+
+impl GuestProgram {
+    /// Reads, compiles and links the guest the policy names.
+    pub fn load(policy: &Policy) -> Result<Arc<GuestProgram>, Error> {
+        let label = guest_label(&policy.guest.name, &policy.guest.path);
+        let load_err = |reason: String| Error::GuestLoad { guest: label.clone(), reason };
+        let engine = engine()?;
+        let bytes = std::fs::read(&policy.guest.path)
+            .map_err(|e| load_err(format!("cannot read {}: {e}", policy.guest.path.display())))?;
+        let component = Component::new(engine, &bytes).map_err(|e| {
+            load_err(format!(
+                "not a valid wasm component ({:#}); build guests for wasm32-wasip2 with wit-bindgen against wit/device",
+                e
+            ))
+        })?;
+        let mut linker = Linker::<GuestState>::new(engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| Error::Internal(format!("cannot link WASI: {e:#}")))?;
+        Device::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+            .map_err(|e| Error::Internal(format!("cannot link the host interface: {e:#}")))?;
+        let instance_pre = linker.instantiate_pre(&component).map_err(|e| {
+            load_err(format!("its imports do not match what tfwasm provides: {e:#}"))
+        })?;
+        let pre = DevicePre::new(instance_pre).map_err(|e| {
+            load_err(format!(
+                "it does not export the `tfwasm:device/device@0.1.0` world: {e:#}"
+            ))
+        })?;
+        Ok(Arc::new(GuestProgram { label: label.into(), policy: policy.clone(), pre }))
+    }
+
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// A fresh instance in a fresh store. Does not call `init`.
+    pub fn instantiate(self: &Arc<Self>) -> Result<GuestInstance, Error> {
+        let engine = self.pre.engine();
+        let mut wasi = WasiCtxBuilder::new();
+        if self.policy.capabilities.stderr {
+            wasi.inherit_stderr();
+        }
+        for preopen in &self.policy.capabilities.preopens {
+            wasi.preopened_dir(&preopen.host, &preopen.guest, FsPerms::ReadOnly).map_err(|e| {
+                Error::GuestLoad {
+                    guest: self.label.to_string(),
+                    reason: format!("cannot preopen {}: {e:#}", preopen.host.display()),
+                }
+            })?;
+        }
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(usize::try_from(self.policy.limits.memory_bytes).unwrap_or(usize::MAX))
+            .table_elements(100_000)
+            .instances(32)
+            .tables(32)
+            .memories(8)
+            .build();
+        let state = GuestState { guest: self.label.clone(), wasi: wasi.build(), table: ResourceTable::new(), limits };
+        let mut store = Store::new(engine, state);
+        store.limiter(|state| &mut state.limits);
+        store.epoch_deadline_trap();
+        let mut instance = GuestInstance { program: self.clone(), store, bindings: None, fault: None };
+        let bindings = instance.call("instantiate", |store, _| {
+            // `pre` was built by this engine; instantiation runs the guest's start code.
+            self.pre.instantiate(store)
+        });
+        match bindings {
+            Ok(bindings) => {
+                instance.bindings = Some(bindings);
+                Ok(instance)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// `guest 'reference-device' (reference_device.wasm)`.
+pub fn guest_label(name: &str, path: &std::path::Path) -> String {
+    let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    format!("guest '{name}' ({file})")
+}
+
+/// One live instance of a guest, owning its `Store`.
+pub struct GuestInstance {
+    program: Arc<GuestProgram>,
+    store: Store<GuestState>,
+    bindings: Option<Device>,
+    /// Set once the instance has trapped, timed out or lied; it is not called again.
+    fault: Option<Error>,
+}
+
+impl GuestInstance {
+    pub fn program(&self) -> &Arc<GuestProgram> {
+        &self.program
+    }
+
+    pub fn label(&self) -> &str {
+        &self.program.label
+    }
+
+    /// The fault that retired this instance, if any.
+    pub fn fault(&self) -> Option<&Error> {
+        self.fault.as_ref()
+    }
+
+    /// Marks the instance as no longer trustworthy (the host found its answer invalid).
+    pub fn retire(&mut self, error: Error) {
+        if self.fault.is_none() {
+            self.fault = Some(error);
+        }
+    }
+
+    /// Runs one host→guest call under the policy's deadline and maps failures
+    /// to errors that name the guest. `call` names the export for messages.
+    pub fn call<R>(
+        &mut self,
+        call: &str,
+        body: impl FnOnce(&mut Store<GuestState>, Option<&Device>) -> wasmtime::Result<R>,
+    ) -> Result<R, Error> {
+        if let Some(fault) = &self.fault {
+            return Err(Error::GuestRefused {
+                guest: self.program.label.to_string(),
+                call: call.to_owned(),
+                reason: format!("the instance is retired after an earlier fault ({fault})"),
+            });
+        }
+        let deadline_ms = self.program.policy.limits.call_deadline_ms;
+        let ticks = deadline_ms.div_ceil(EPOCH_TICK.as_millis() as u64).max(1);
+        self.store.set_epoch_deadline(ticks);
+        match body(&mut self.store, self.bindings.as_ref()) {
+            Ok(value) => Ok(value),
+            Err(error) => {
+                let guest = self.program.label.to_string();
+                let fault = match error.downcast_ref::<Trap>() {
+                    Some(Trap::Interrupt) => Error::GuestTimeout { guest, call: call.to_owned(), deadline_ms },
+                    Some(trap) => Error::GuestTrap { guest, call: call.to_owned(), reason: describe_trap(*trap, &error) },
+                    None => Error::GuestTrap { guest, call: call.to_owned(), reason: format!("{error:#}") },
+                };
+                self.fault = Some(fault.clone());
+                Err(fault)
+            }
+        }
+    }
+
+    /// The bindings of an instantiated guest.
+    pub fn with_bindings<R>(
+        &mut self,
+        call: &str,
+        body: impl FnOnce(&Device, &mut Store<GuestState>) -> wasmtime::Result<R>,
+    ) -> Result<R, Error> {
+        self.call(call, |store, bindings| {
+            let bindings = bindings.ok_or_else(|| wasmtime::Error::msg("guest not instantiated"))?;
+            body(bindings, store)
+        })
+    }
+}
+
+fn describe_trap(trap: Trap, error: &wasmtime::Error) -> String {
+    let hint = match trap {
+        Trap::UnreachableCodeReached => " (a Rust guest panicked or hit `unreachable`)",
+        Trap::MemoryOutOfBounds => " (out-of-bounds memory access)",
+        Trap::StackOverflow => " (stack overflow)",
+        _ => "",
+    };
+    // The first line of the chain carries the backtrace summary wasmtime adds.
+    let detail = format!("{error:#}");
+    let detail = detail.lines().next().unwrap_or_default().to_owned();
+    format!("{trap}{hint}: {detail}")
+}

@@ -1,0 +1,77 @@
+//! Benchmark (not a test): the cost of the host→guest boundary on the
+//! allocation path, measured through the core layer with the reference guest.
+//!
+//! Prints nanoseconds per call for:
+//! - `memory.usage`: one bare component call (the floor);
+//! - allocate + deallocate: two guest calls plus the host's placement check;
+//! - the same pair against a native `Vec` allocation, as the reference ratio.
+//!
+//! Run: `cargo bench -p tfwasm --bench slice` (after building the guests).
+
+use std::hint::black_box;
+use std::path::Path;
+use std::time::Instant;
+
+use tfwasm::device::Device;
+use tfwasm::policy::Policy;
+use tfwasm::sandbox::GuestProgram;
+
+const ROUNDS: usize = 7;
+const ITERS: usize = 20_000;
+
+/// Median over rounds of ns per iteration.
+fn measure(mut f: impl FnMut()) -> f64 {
+    let mut rounds: Vec<f64> = (0..ROUNDS)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..ITERS {
+                f();
+            }
+            start.elapsed().as_nanos() as f64 / ITERS as f64
+        })
+        .collect();
+    rounds.sort_by(f64::total_cmp);
+    rounds[ROUNDS / 2]
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let guest = root.join("target/wasm32-wasip2/guest/tfwasm_reference_device.wasm");
+    assert!(guest.exists(), "build the guests first: {}", guest.display());
+    let mut policy = Policy::for_guest("reference-device", guest);
+    policy.device.memory_bytes = 1 << 30;
+    let program = GuestProgram::load(&policy).expect("guest loads");
+    let device = Device::new(&program, "WASM", 0).expect("device starts");
+
+    // Warm up: page in code and guest memory.
+    for _ in 0..10_000 {
+        let p = device.allocate(256).unwrap();
+        device.deallocate(p).unwrap();
+    }
+    let usage_ns = measure(|| {
+        black_box(device.usage().unwrap());
+    });
+    let pair_ns = measure(|| {
+        let p = device.allocate(black_box(4096)).unwrap();
+        device.deallocate(p).unwrap();
+    });
+    // With 64 tensors live the guest's free lists are no longer trivial.
+    let held: Vec<_> = (0..64).map(|i| device.allocate(1024 + i * 64).unwrap()).collect();
+    let busy_ns = measure(|| {
+        let p = device.allocate(black_box(4096)).unwrap();
+        device.deallocate(p).unwrap();
+    });
+    for p in held {
+        device.deallocate(p).unwrap();
+    }
+    let native_ns = measure(|| {
+        black_box(Vec::<u8>::with_capacity(black_box(4096)));
+    });
+
+    println!("host→guest boundary, allocation path (reference guest, median of {ROUNDS} rounds × {ITERS})");
+    println!("  memory.usage (one component call)        {usage_ns:8.0} ns   goal ≤ 200 ns");
+    println!("  allocate + deallocate (2 guest calls)    {pair_ns:8.0} ns   = {:.0} ns per call", pair_ns / 2.0);
+    println!("  … with 64 live allocations               {busy_ns:8.0} ns");
+    println!("  native Vec alloc + free (reference)      {native_ns:8.1} ns");
+    println!("  ratio allocate+deallocate ÷ native       {:8.1}×", pair_ns / native_ns.max(0.1));
+}

@@ -1,0 +1,10 @@
+//! Host + guest integration tests. They need no TensorFlow: they drive the
+//! core layer (`tfwasm::device`) with the real guests built for
+//! wasm32-wasip2, the way a guest author tests on any OS.
+//!
+//! One binary, one module per topic (wasmtime's layout).
+
+mod device;
+mod hostile;
+mod layout;
+mod support;
