@@ -1,0 +1,1 @@
+//! Placeholder until the kernels land (lead's stub; replace freely).
