@@ -29,7 +29,7 @@ wasmtime::component::bindgen!({
 
 pub use exports::tfwasm::device::memory::MemoryUsage as Usage;
 pub use exports::tfwasm::device::streams::{Dependency, EventState as EventStatus, Ticket, WorkKind};
-pub use tfwasm::device::types::{DeviceConfig, DeviceError, DeviceInfo};
+pub use self::tfwasm::device::types::{DeviceConfig, DeviceError, DeviceInfo};
 
 /// Length of one epoch tick: the granularity of call deadlines.
 const EPOCH_TICK: Duration = Duration::from_millis(1);
@@ -50,7 +50,7 @@ pub fn engine() -> Result<&'static Engine, Error> {
             // cost guest code ~1.5× but guest calls are tiny and rare compared
             // with compute, and a guest fault can then never reach a foreign
             // signal handler and kill the process.
-            config.signals_based_traps(false);
+            config.signals_based_traps(std::env::var_os("TFWASM_EXPERIMENT_SIGNALS").is_some());
             // SAFETY: these Cranelift flags only disable Spectre mitigations that
             // rely on faulting loads, which wasmtime requires when signal-based
             // traps are off; they do not affect memory safety of the sandbox.
@@ -91,9 +91,9 @@ impl WasiView for GuestState {
     }
 }
 
-impl tfwasm::device::host::Host for GuestState {
-    fn log(&mut self, level: tfwasm::device::host::LogLevel, message: String) {
-        use tfwasm::device::host::LogLevel;
+impl self::tfwasm::device::host::Host for GuestState {
+    fn log(&mut self, level: self::tfwasm::device::host::LogLevel, message: String) {
+        use self::tfwasm::device::host::LogLevel;
         // Guests cannot flood the log with megabyte lines.
         let message: String = message.chars().take(4096).collect();
         let guest = &*self.guest;
@@ -111,7 +111,7 @@ impl tfwasm::device::host::Host for GuestState {
     }
 }
 
-impl tfwasm::device::types::Host for GuestState {}
+impl self::tfwasm::device::types::Host for GuestState {}
 
 /// Nanoseconds on the host's monotonic clock, from the first call.
 pub fn monotonic_ns() -> u64 {
