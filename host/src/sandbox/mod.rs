@@ -50,7 +50,7 @@ pub fn engine() -> Result<&'static Engine, Error> {
             // cost guest code ~1.5× but guest calls are tiny and rare compared
             // with compute, and a guest fault can then never reach a foreign
             // signal handler and kill the process.
-            config.signals_based_traps(std::env::var_os("TFWASM_EXPERIMENT_SIGNALS").is_some());
+            config.signals_based_traps(false);
             // SAFETY: these Cranelift flags only disable Spectre mitigations that
             // rely on faulting loads, which wasmtime requires when signal-based
             // traps are off; they do not affect memory safety of the sandbox.
@@ -139,6 +139,7 @@ impl GuestProgram {
         let label = guest_label(&policy.guest.name, &policy.guest.path);
         let load_err = |reason: String| Error::GuestLoad { guest: label.clone(), reason };
         let engine = engine()?;
+        let started = Instant::now();
         let bytes = std::fs::read(&policy.guest.path)
             .map_err(|e| load_err(format!("cannot read {}: {e}", policy.guest.path.display())))?;
         let component = Component::new(engine, &bytes).map_err(|e| {
@@ -160,6 +161,7 @@ impl GuestProgram {
                 "it does not export the `tfwasm:device/device@0.1.0` world: {e:#}"
             ))
         })?;
+        tracing::info!("{label}: compiled and linked in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
         Ok(Arc::new(GuestProgram { label: label.into(), policy: policy.clone(), pre }))
     }
 
