@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Build everything and install the plugin into .venv/ at the repository root.
+#
+#   bash host/scripts/setup.sh
+#
+# Safe to re-run: cargo rebuilds only what changed, the venv is reused, and
+# TensorFlow is installed only when the pinned version is missing.
+# PYTHON=python3.12 picks the interpreter for a new .venv.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+# The wheel puts the plugin in site-packages/tensorflow-plugins/, which
+# TensorFlow loads on import. Loading it a second time through this variable
+# aborts the process, so nothing started from here may see it.
+unset TF_PLUGGABLE_DEVICE_LIBRARY_PATH
+
+TF_PIN="tensorflow-cpu==2.21.0"
+PY_DEPS=("$TF_PIN" numpy pytest)
+WASM_TARGET=wasm32-wasip2
+VENV=.venv
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "Rust target $WASM_TARGET"
+if rustup target list --installed | grep -qx "$WASM_TARGET"; then
+    echo "already installed"
+else
+    rustup target add "$WASM_TARGET"
+fi
+
+step "Build guests (wasm32-wasip2, profile guest)"
+cargo build --target "$WASM_TARGET" --profile guest \
+    -p tfwasm-reference-device -p tfwasm-hostile-device
+
+step "Build host (release)"
+cargo build --release -p tfwasm
+
+step "Python environment $VENV"
+if [[ ! -x "$VENV/bin/python" ]]; then
+    "${PYTHON:-python3}" -m venv "$VENV" || {
+        echo "error: could not create $VENV (on Debian/Ubuntu: apt-get install python3-venv)" >&2
+        exit 1
+    }
+fi
+pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
+# Exit 0 only when every pinned requirement is already installed.
+have_deps() {
+    "$VENV/bin/python" - "${PY_DEPS[@]}" <<'PY'
+import sys
+from importlib import metadata
+for req in sys.argv[1:]:
+    name, _, pinned = req.partition("==")
+    try:
+        version = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        sys.exit(1)
+    if pinned and version != pinned:
+        sys.exit(1)
+PY
+}
+if have_deps; then
+    echo "$TF_PIN, numpy, pytest already installed"
+else
+    "${pip[@]}" install --quiet "${PY_DEPS[@]}" || {
+        echo "error: pip could not install ${PY_DEPS[*]} into $VENV with $("$VENV/bin/python" -V)." >&2
+        echo "       If there is no $TF_PIN wheel for this Python, remove $VENV and rerun with PYTHON=python3.12." >&2
+        exit 1
+    }
+fi
+
+step "Build wheel"
+wheel=$("$VENV/bin/python" host/packaging/build_wheel.py)
+echo "$wheel"
+
+step "Install wheel"
+"${pip[@]}" install --quiet --force-reinstall --no-deps "$wheel"
+echo "installed into $("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')/tensorflow-plugins/"

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Every test: build and install (host/scripts/setup.sh), then
+#   1. cargo test --release -p tfwasm            host unit tests + tests/rust (integration,
+#                                                incl. the C-layout check against the wheel's headers)
+#   2. cargo test -p tfwasm-reference-device     the reference guest's own unit tests, natively
+#   3. pytest tests/python                       the plugin inside the real TensorFlow
+# Stops at the first failure. Non-interactive, so the same under CI=true.
+#
+#   bash tests/run.sh
+set -Eeuo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+unset TF_PLUGGABLE_DEVICE_LIBRARY_PATH # the installed wheel loads the plugin; twice aborts TF
+
+if [[ "${CI:-}" == "true" ]]; then
+    export CARGO_TERM_COLOR=never CARGO_TERM_PROGRESS_WHEN=never
+fi
+
+log_dir=$(mktemp -d -t tfwasm-tests.XXXXXX)
+trap 'rm -rf "$log_dir"' EXIT
+current=setup
+trap 'echo "FAILED: $current" >&2' ERR
+
+# Runs "$@" as step $1, keeping its output to quote its summary at the end.
+run() {
+    current=$1
+    shift
+    printf '\n==> %s\n' "$current"
+    "$@" 2>&1 | tee "$log_dir/$current.log"
+}
+
+bash host/scripts/setup.sh
+
+# Same profile, features and target dir as setup.sh's `cargo build --release`,
+# so the dependencies (wasmtime above all) are reused, not rebuilt.
+run "host tests" cargo test --release -p tfwasm
+run "guest unit tests" cargo test -p tfwasm-reference-device
+run "python tests" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python
+
+printf '\n==> Summary\n'
+for step in "host tests" "guest unit tests"; do
+    grep -h '^test result:' "$log_dir/$step.log" | sed "s/^/$step: /"
+done
+tail -n 1 "$log_dir/python tests.log" | sed 's/^/python tests: /'
