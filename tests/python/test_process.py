@@ -1,0 +1,100 @@
+"""Process-level behaviour: loading the plugin twice, and living beside
+Python's own signal handling (faulthandler).
+
+Each test runs a fresh interpreter: what is under test is how the whole
+process behaves, and a failure here would otherwise take pytest down too.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tfwasm_support import REPO_ROOT, installed_plugin
+
+
+def test_second_copy_of_the_plugin_stays_inert(run_tf, tmp_path):
+    """The wheel's copy plus TF_PLUGGABLE_DEVICE_LIBRARY_PATH: TensorFlow would
+    abort on a second registration of the device type; tfwasm's second copy
+    registers an inert zero-device platform and says why."""
+    installed = installed_plugin()
+    if installed is None:
+        pytest.skip("needs the wheel installed in this interpreter (bash host/scripts/setup.sh)")
+    # A copy at another path is a separate load (its own statics), the case
+    # users hit with a build tree plus the wheel.
+    second = tmp_path / "other" / "libtfwasm.so"
+    second.parent.mkdir()
+    shutil.copy(installed, second)
+    run = run_tf(
+        """
+        devices = tf.config.list_physical_devices("WASM")
+        result("wasm", len(devices))
+        with tf.device("/device:WASM:0"):
+            x = tf.matmul(tf.ones([3, 4]), tf.ones([4, 2]))
+        result("matmul", f"{float(x.numpy().sum())}@{x.device}")
+        cpu_check()
+        """,
+        env={"TF_PLUGGABLE_DEVICE_LIBRARY_PATH": str(second)},
+    )
+    assert run.returncode == 0, run.describe()
+    results = run.results()
+    assert results["wasm"] == "1", run.describe()
+    assert results["matmul"].startswith("24.0@") and results["matmul"].endswith("WASM:0"), run.describe()
+    assert results["cpu"].startswith("2.0@"), run.describe()
+    assert "loaded twice" in run.stderr and "TF_PLUGGABLE_DEVICE_LIBRARY_PATH" in run.stderr, run.describe()
+
+
+def test_same_file_named_again_stays_inert(run_tf):
+    """The variable naming the very file the wheel installed: one dlopen
+    handle, a second SE_InitPlugin, still no abort."""
+    installed = installed_plugin()
+    if installed is None:
+        pytest.skip("needs the wheel installed in this interpreter (bash host/scripts/setup.sh)")
+    run = run_tf(
+        """
+        result("wasm", len(tf.config.list_physical_devices("WASM")))
+        cpu_check()
+        """,
+        env={"TF_PLUGGABLE_DEVICE_LIBRARY_PATH": str(installed)},
+    )
+    assert run.returncode == 0, run.describe()
+    assert run.results()["wasm"] == "1", run.describe()
+
+
+def test_faulthandler_and_guest_traps_coexist(run_tf, hostile_guest):
+    """With faulthandler enabled after TensorFlow and the plugin load (the
+    order that would break signal-based wasm traps), a trapping guest is still
+    an ordinary TF error, and a real native crash still reaches faulthandler."""
+    policy = {
+        "guest": {"name": "hostile-device", "path": str(hostile_guest), "config": {"mode": "trap-on-allocate", "after": 8}},
+        "limits": {"memory-bytes": 33554432, "call-deadline-ms": 250},
+        "device": {"count": 1, "memory-bytes": 67108864},
+    }
+    run = run_tf(
+        """
+        import ctypes, faulthandler
+        faulthandler.enable()
+        result("wasm", len(tf.config.list_physical_devices("WASM")))
+        failures = 0
+        for i in range(40):
+            try:
+                with tf.device("/device:WASM:0"):
+                    tf.matmul(tf.ones([8, 8]), tf.ones([8, 8])).numpy()
+            except tf.errors.OpError:
+                failures += 1
+        result("failures", failures)
+        cpu_check()
+        sys.stdout.flush()
+        ctypes.string_at(0)  # a genuine segfault: faulthandler must report it
+        """,
+        policy=policy,
+    )
+    results = run.results()
+    assert results.get("wasm") == "1", run.describe()
+    assert int(results["failures"]) >= 1, run.describe()
+    assert results["cpu"].startswith("2.0@"), run.describe()
+    assert "trapped" in run.stderr and "hostile-device" in run.stderr, run.describe()
+    # The deliberate segfault ends the process through faulthandler.
+    assert run.returncode != 0
+    assert "Fatal Python error: Segmentation fault" in run.stderr, run.describe()
