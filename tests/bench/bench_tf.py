@@ -1,0 +1,156 @@
+"""Benchmarks tfwasm against TensorFlow's CPU device, through the real TensorFlow.
+
+Prints, in one run:
+
+(a) eager tiny-op latency: the median time of one ``a + b`` (AddV2 on a [4]
+    float32 tensor), on the plugin device and on the CPU, and WASM ÷ CPU;
+(b) MatMul throughput on 1024×1024 float32 (GFLOP/s), plugin device and CPU,
+    and WASM ÷ CPU;
+(c) the same for 2048×2048 when the 1024 run says it will be quick.
+
+Both devices get the same inputs, placed on the device before timing, and
+every timed batch ends by copying its last result to the host, so queued
+work cannot hide. Each figure is a median over samples. Nothing here asserts
+a time: this is a measurement, not a test.
+
+Uses the plugin installed in this interpreter (the repo's .venv), or, like
+the Python tests, the build named by TFWASM_TEST_LIBRARY.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+from tfwasm_support import PLUGIN_ENV, defaults_env, plugin_missing_reason  # noqa: E402
+
+
+def load_tensorflow():
+    reason = plugin_missing_reason()
+    if reason:
+        sys.exit(f"bench_tf: {reason}")
+    os.environ.pop(PLUGIN_ENV, None)
+    for key, value in defaults_env().items():
+        if key == PLUGIN_ENV or key not in os.environ:
+            os.environ[key] = value
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    return tf
+
+
+def median_seconds(run_batch, batches: int, per_batch: int) -> float:
+    """Median over ``batches`` of (time of one batch ÷ ``per_batch``)."""
+    samples = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        run_batch()
+        samples.append((time.perf_counter() - start) / per_batch)
+    return statistics.median(samples)
+
+
+def place(tf, device: str, array):
+    with tf.device(device):
+        return tf.identity(tf.constant(array))
+
+
+def tiny_op_latency(tf, device: str, batches: int, per_batch: int):
+    import numpy as np
+
+    a = place(tf, device, np.array([1.0, 2.0, 3.0, 4.0], np.float32))
+    b = place(tf, device, np.array([0.5, 0.25, 0.125, 2.0], np.float32))
+    ran_on = []
+
+    def batch():
+        with tf.device(device):
+            for _ in range(per_batch):
+                c = a + b
+        c.numpy()
+        ran_on.append(c.device)
+
+    batch()  # warm up: kernel lookup, first allocations
+    seconds = median_seconds(batch, batches, per_batch)
+    return seconds, ran_on[-1]
+
+
+def matmul_throughput(tf, device: str, n: int, samples: int, per_sample: int, warmup: int):
+    import numpy as np
+
+    rng = np.random.default_rng(n)
+    a = place(tf, device, rng.standard_normal([n, n]).astype(np.float32))
+    b = place(tf, device, rng.standard_normal([n, n]).astype(np.float32))
+    ran_on = []
+
+    def batch():
+        with tf.device(device):
+            for _ in range(per_sample):
+                c = tf.linalg.matmul(a, b)
+        c.numpy()
+        ran_on.append(c.device)
+
+    for _ in range(warmup):
+        batch()
+    seconds = median_seconds(batch, samples, per_sample)
+    return 2.0 * n**3 / seconds / 1e9, seconds, ran_on[-1]
+
+
+def short(device_name: str) -> str:
+    return device_name.rsplit("/", 1)[-1].replace("device:", "")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiny-batches", type=int, default=31, help="samples for the tiny-op latency")
+    parser.add_argument("--tiny-ops", type=int, default=200, help="ops per tiny-op sample")
+    parser.add_argument("--samples", type=int, default=7, help="samples per MatMul size")
+    parser.add_argument("--warmup", type=int, default=2, help="warm-up batches per MatMul size")
+    parser.add_argument("--budget", type=float, default=60.0, help="seconds the 2048 run may take, or it is skipped")
+    args = parser.parse_args()
+
+    tf = load_tensorflow()
+    device_type = os.environ.get("TFWASM_DEVICE_TYPE", "WASM")
+    if not tf.config.list_physical_devices(device_type):
+        sys.exit(f"bench_tf: no {device_type} device is listed; run with TFWASM_LOG=info to see why")
+    plugin, cpu = f"/device:{device_type}:0", "/device:CPU:0"
+
+    print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs, plugin device {plugin}")
+    print("medians; every timed batch ends with a device→host copy of its last result\n")
+
+    # (a) tiny-op latency
+    wasm_s, wasm_on = tiny_op_latency(tf, plugin, args.tiny_batches, args.tiny_ops)
+    cpu_s, cpu_on = tiny_op_latency(tf, cpu, args.tiny_batches, args.tiny_ops)
+    print("(a) eager AddV2 on [4] float32, latency per op")
+    print(f"    {device_type:<5} {wasm_s * 1e6:9.2f} us   (ran on {short(wasm_on)})")
+    print(f"    {'CPU':<5} {cpu_s * 1e6:9.2f} us   (ran on {short(cpu_on)})")
+    print(f"    {device_type} / CPU = {wasm_s / cpu_s:.2f}\n")
+
+    # (b), (c) MatMul throughput
+    seconds_1024 = None
+    for label, n in (("b", 1024), ("c", 2048)):
+        if seconds_1024 is not None:
+            # 8x the work per op; warm-up and samples on both devices.
+            estimate = 8 * seconds_1024 * (args.warmup + args.samples)
+            if estimate > args.budget:
+                print(f"({label}) MatMul {n}x{n}: skipped (about {estimate:.0f} s expected, budget {args.budget:.0f} s)")
+                break
+        wasm_gflops, wasm_s, wasm_on = matmul_throughput(tf, plugin, n, args.samples, 1, args.warmup)
+        cpu_gflops, cpu_s, cpu_on = matmul_throughput(tf, cpu, n, args.samples, 1, args.warmup)
+        seconds_1024 = seconds_1024 or wasm_s + cpu_s
+        print(f"({label}) MatMul {n}x{n} float32, throughput")
+        print(f"    {device_type:<5} {wasm_gflops:8.2f} GFLOP/s  ({wasm_s * 1e3:8.2f} ms/op, ran on {short(wasm_on)})")
+        print(f"    {'CPU':<5} {cpu_gflops:8.2f} GFLOP/s  ({cpu_s * 1e3:8.2f} ms/op, ran on {short(cpu_on)})")
+        print(f"    {device_type} / CPU = {wasm_gflops / cpu_gflops:.2f}\n")
+
+    if not wasm_on.endswith(f"{device_type}:0"):
+        print(f"note: MatMul results landed on {short(wasm_on)}: the plugin has no MatMul kernel in this build,")
+        print("      so the plugin figures above measure TensorFlow's CPU fallback plus copies.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
