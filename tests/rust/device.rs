@@ -139,7 +139,7 @@ fn stream_dependency_orders_work() {
     let b = device.create_stream().unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
     device.submit(a, WorkKind::CopyHostToDevice, logger(&log, "a", 80)).unwrap();
-    device.add_dependency(b, a).unwrap();
+    device.add_dependency(b, a, device.stream_queue(a).unwrap()).unwrap();
     device.submit(b, WorkKind::HostCallback, logger(&log, "b", 0)).unwrap();
     device.synchronize_all();
     assert_eq!(*log.lock(), vec!["a", "b"]);

@@ -39,7 +39,13 @@ fn faults_then_recovers(mode: &str, expected: fn(&Error) -> bool) {
 
 #[test]
 fn trap_during_allocate() {
-    faults_then_recovers("trap-on-allocate", |e| matches!(e, Error::GuestTrap { call, .. } if call == "memory.allocate"));
+    faults_then_recovers("trap-on-allocate", |e| {
+        // The message says what trapped and where, with no empty backtrace header.
+        let message = e.to_string();
+        matches!(e, Error::GuestTrap { call, .. } if call == "memory.allocate")
+            && message.contains("panicked")
+            && !message.trim_end().ends_with(':')
+    });
 }
 
 #[test]
@@ -70,6 +76,8 @@ fn memory_cap_stops_a_growing_guest() {
     let err = device.allocate(64).unwrap_err();
     assert!(matches!(err, Error::GuestTrap { .. }), "{err}");
     assert_names_guest(&err);
+    let message = err.to_string();
+    assert!(message.contains("limits.memory-bytes") && message.contains("4194304"), "{message}");
 }
 
 #[test]

@@ -380,6 +380,8 @@ unsafe extern "C" fn allocate(device: *const SP_Device, size: u64, _memory_space
                 // allocating ..."); the log carries our reason and the guest.
                 match &e {
                     Error::OutOfMemory { .. } => tracing::warn!("{e}"),
+                    // Already logged when the device replaced the instance.
+                    e if e.is_guest_fault() => tracing::debug!("{e}"),
                     _ => tracing::error!("{e}"),
                 }
                 Ok(None)
@@ -479,7 +481,15 @@ unsafe extern "C" fn destroy_stream(device: *const SP_Device, stream: SP_Stream)
 }
 
 unsafe extern "C" fn create_stream_dependency(device: *const SP_Device, dependent: SP_Stream, other: SP_Stream, status: *mut TF_Status) {
-    ffi_guard(status, || device_of(device)?.add_dependency(handle(dependent), handle(other)));
+    ffi_guard(status, || {
+        let (dependent, other) = (handle(dependent), handle(other));
+        // `other` may be a stream of another device (device-to-device copies).
+        let owner = plugin()?
+            .platform
+            .device(device::ordinal_of(other))
+            .ok_or_else(|| Error::InvalidArgument(format!("stream handle {other:#x} names no device")))?;
+        device_of(device)?.add_dependency(dependent, other, owner.stream_queue(other)?)
+    });
 }
 
 unsafe extern "C" fn get_stream_status(device: *const SP_Device, stream: SP_Stream, status: *mut TF_Status) {

@@ -54,6 +54,15 @@ pub struct Identity {
     pub pci_bus_id: CString,
 }
 
+/// Where a piece of work goes on its stream, and who decided.
+struct Ordered {
+    queue: Arc<StreamQueue>,
+    seq: u64,
+    after: Vec<(Arc<StreamQueue>, u64)>,
+    /// False when the host ordered it (the guest never saw this work).
+    by_guest: bool,
+}
+
 /// Host record of a stream.
 struct StreamRecord {
     queue: Arc<StreamQueue>,
@@ -66,6 +75,8 @@ struct StreamRecord {
 struct EventRecord {
     guest_id: Option<u64>,
     marker: Option<(Arc<StreamQueue>, u64)>,
+    /// Whether the guest ordered the current marker (and so knows its state).
+    guest_recorded: bool,
 }
 
 struct TimerRecord {
@@ -297,20 +308,25 @@ impl Device {
     /// Runs `work` on stream `handle` in the order the guest decides.
     pub fn submit(&self, handle: Handle, kind: WorkKind, work: WorkFn) -> Result<(), Error> {
         let mut slot = self.slot.lock();
-        let (queue, ticket) = self.order(&mut slot, handle, true, "streams.submit", |g, s, id| {
+        let ordered = self.order(&mut slot, handle, true, "streams.submit", |g, s, id| {
             g.tfwasm_device_streams().call_submit(s, id, kind)
         })?;
-        let (seq, after) = ticket;
-        queue.enqueue(seq, after, work);
+        ordered.queue.enqueue(ordered.seq, ordered.after, work);
         Ok(())
     }
 
+    /// The queue behind a stream handle of this device.
+    pub fn stream_queue(&self, handle: Handle) -> Result<Arc<StreamQueue>, Error> {
+        let slot = self.slot.lock();
+        slot.streams.get(&handle).map(|r| r.queue.clone()).ok_or_else(|| self.unknown("stream", handle))
+    }
+
     /// `dependent` waits for everything submitted to `other` so far.
-    pub fn add_dependency(&self, dependent: Handle, other: Handle) -> Result<(), Error> {
+    /// `other` may belong to another device (TensorFlow's device-to-device
+    /// copies make one device's stream wait on the other's); pass its queue.
+    pub fn add_dependency(&self, dependent: Handle, other: Handle, other_queue: Arc<StreamQueue>) -> Result<(), Error> {
         let mut slot = self.slot.lock();
-        let other_record = slot.streams.get(&other).ok_or_else(|| self.unknown("stream", other))?;
-        let other_queue = other_record.queue.clone();
-        let other_id = other_record.guest_id;
+        let other_id = slot.streams.get(&other).and_then(|r| r.guest_id);
         let record = slot.streams.get_mut(&dependent).ok_or_else(|| self.unknown("stream", dependent))?;
         let target = other_queue.submitted();
         if target > other_queue.completed() && dependent != other {
@@ -366,7 +382,7 @@ impl Device {
         let guest_id = self.optional_guest_id(&mut slot, "streams.create-event", |g, s| {
             g.tfwasm_device_streams().call_create_event(s)
         });
-        slot.events.insert(handle, EventRecord { guest_id, marker: None });
+        slot.events.insert(handle, EventRecord { guest_id, marker: None, guest_recorded: false });
         Ok(handle)
     }
 
@@ -382,14 +398,14 @@ impl Device {
     pub fn record_event(&self, stream: Handle, event: Handle) -> Result<(), Error> {
         let mut slot = self.slot.lock();
         let event_id = slot.events.get(&event).ok_or_else(|| self.unknown("event", event))?.guest_id;
-        let (queue, (seq, after)) =
-            self.order(&mut slot, stream, event_id.is_some(), "streams.record-event", |g, s, id| {
-                let event_id = event_id.expect("asked only when the guest knows the event");
-                g.tfwasm_device_streams().call_record_event(s, id, event_id)
-            })?;
-        queue.enqueue(seq, after, Box::new(|| Ok(())));
+        let ordered = self.order(&mut slot, stream, event_id.is_some(), "streams.record-event", |g, s, id| {
+            let event_id = event_id.expect("asked only when the guest knows the event");
+            g.tfwasm_device_streams().call_record_event(s, id, event_id)
+        })?;
+        ordered.queue.enqueue(ordered.seq, ordered.after, Box::new(|| Ok(())));
         if let Some(record) = slot.events.get_mut(&event) {
-            record.marker = Some((queue, seq));
+            record.marker = Some((ordered.queue, ordered.seq));
+            record.guest_recorded = ordered.by_guest;
         }
         Ok(())
     }
@@ -425,7 +441,10 @@ impl Device {
             },
             Some(_) => EventStatus::Pending,
         };
-        let Some(id) = record.guest_id else { return Ok(host) };
+        // Only an event whose marker the guest ordered has a state it can know.
+        let Some(id) = record.guest_id.filter(|_| record.guest_recorded || record.marker.is_none()) else {
+            return Ok(host);
+        };
         let Ok(guest) = self.guest_call(&mut slot, "streams.event-status", |g, s| {
             g.tfwasm_device_streams().call_event_status(s, id)
         }) else {
@@ -481,7 +500,7 @@ impl Device {
     pub fn mark_timer(&self, stream: Handle, timer: Handle, start: bool) -> Result<(), Error> {
         let mut slot = self.slot.lock();
         let timer_id = slot.timers.get(&timer).ok_or_else(|| self.unknown("timer", timer))?.guest_id;
-        let (queue, (seq, after)) =
+        let Ordered { queue, seq, after, .. } =
             self.order(&mut slot, stream, timer_id.is_some(), "streams.mark-timer", |g, s, id| {
                 let timer_id = timer_id.expect("asked only when the guest knows the timer");
                 g.tfwasm_device_streams().call_mark_timer(s, id, timer_id, start)
@@ -560,13 +579,21 @@ impl Device {
         guest_orders: bool,
         call: &str,
         ask: impl FnOnce(&crate::sandbox::Device, &mut wasmtime::Store<crate::sandbox::GuestState>, u64) -> wasmtime::Result<Result<Ticket, DeviceError>>,
-    ) -> Result<(Arc<StreamQueue>, (u64, Vec<(Arc<StreamQueue>, u64)>)), Error> {
+    ) -> Result<Ordered, Error> {
         let record = slot.streams.get_mut(&stream).ok_or_else(|| self.unknown("stream", stream))?;
         let required = std::mem::take(&mut record.required);
         let queue = record.queue.clone();
-        let host_order = |required: Vec<(Arc<StreamQueue>, u64)>| (queue.submitted() + 1, required);
-        let Some(id) = record.guest_id.filter(|_| guest_orders) else {
-            return Ok((queue.clone(), host_order(required)));
+        let guest_id = record.guest_id.filter(|_| guest_orders);
+        // Waits on another device's streams are beyond the guest's view (its
+        // ids are per instance): the host always adds those itself.
+        let (local, foreign): (Vec<_>, Vec<_>) =
+            required.into_iter().partition(|(q, _)| ordinal_of(q.id) == self.ordinal);
+        let host_order = |mut after: Vec<(Arc<StreamQueue>, u64)>, foreign: Vec<(Arc<StreamQueue>, u64)>| {
+            after.extend(foreign);
+            Ordered { seq: queue.submitted() + 1, after, queue: queue.clone(), by_guest: false }
+        };
+        let Some(id) = guest_id else {
+            return Ok(host_order(local, foreign));
         };
         let answer = self.guest_call(slot, call, |g, s| ask(g, s, id));
         let ticket = match answer {
@@ -574,16 +601,19 @@ impl Device {
             Ok(Err(refusal)) => {
                 // The guest refuses to order this work; TF must still make progress.
                 tracing::warn!("{}; ordering it on the host", self.refused(call, refusal));
-                return Ok((queue.clone(), host_order(required)));
+                return Ok(host_order(local, foreign));
             }
-            Err(_) => return Ok((queue.clone(), host_order(required))),
+            Err(_) => return Ok(host_order(local, foreign)),
         };
-        match self.check_ticket(slot, &queue, &ticket, &required) {
-            Ok(after) => Ok((queue, (ticket.seq, after))),
+        match self.check_ticket(slot, &queue, &ticket, &local) {
+            Ok(mut after) => {
+                after.extend(foreign);
+                Ok(Ordered { seq: ticket.seq, after, queue, by_guest: true })
+            }
             Err(reason) => {
                 let error = Error::GuestInvalid { guest: self.guest().to_owned(), call: call.to_owned(), reason };
                 self.replace_instance(slot, &error);
-                Ok((queue.clone(), host_order(required)))
+                Ok(host_order(local, foreign))
             }
         }
     }

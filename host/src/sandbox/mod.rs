@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
-use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime::{Config, Engine, ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, Trap, WasmBacktrace};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::error::Error;
@@ -82,7 +82,41 @@ pub struct GuestState {
     guest: Arc<str>,
     wasi: WasiCtx,
     table: ResourceTable,
-    limits: StoreLimits,
+    limits: GuestLimits,
+}
+
+/// wasmtime's `StoreLimits`, plus a record of the growth it refused, so a
+/// guest that dies of it gets an error naming the cap instead of a bare trap.
+struct GuestLimits {
+    inner: StoreLimits,
+    memory_cap: usize,
+    refused_growth: Option<usize>,
+}
+
+impl ResourceLimiter for GuestLimits {
+    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let allowed = self.inner.memory_growing(current, desired, maximum)?;
+        if !allowed {
+            self.refused_growth = Some(desired);
+        }
+        Ok(allowed)
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
+
+    fn instances(&self) -> usize {
+        self.inner.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.inner.memories()
+    }
 }
 
 impl WasiView for GuestState {
@@ -188,13 +222,18 @@ impl GuestProgram {
                 }
             })?;
         }
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(usize::try_from(self.policy.limits.memory_bytes).unwrap_or(usize::MAX))
-            .table_elements(100_000)
-            .instances(32)
-            .tables(32)
-            .memories(8)
-            .build();
+        let memory_cap = usize::try_from(self.policy.limits.memory_bytes).unwrap_or(usize::MAX);
+        let limits = GuestLimits {
+            inner: StoreLimitsBuilder::new()
+                .memory_size(memory_cap)
+                .table_elements(100_000)
+                .instances(32)
+                .tables(32)
+                .memories(8)
+                .build(),
+            memory_cap,
+            refused_growth: None,
+        };
         let state = GuestState { guest: self.label.clone(), wasi: wasi.build(), table: ResourceTable::new(), limits };
         let mut store = Store::new(engine, state);
         store.limiter(|state| &mut state.limits);
@@ -273,8 +312,18 @@ impl GuestInstance {
                 let guest = self.program.label.to_string();
                 let fault = match error.downcast_ref::<Trap>() {
                     Some(Trap::Interrupt) => Error::GuestTimeout { guest, call: call.to_owned(), deadline_ms },
-                    Some(trap) => Error::GuestTrap { guest, call: call.to_owned(), reason: describe_trap(*trap, &error) },
-                    None => Error::GuestTrap { guest, call: call.to_owned(), reason: format!("{error:#}") },
+                    trap => {
+                        let mut reason = describe_trap(trap.copied(), &error);
+                        let limits = &self.store.data().limits;
+                        if let Some(desired) = limits.refused_growth {
+                            reason.push_str(&format!(
+                                "; before it, the guest asked to grow its memory to {desired} bytes, past its cap of {} \
+                                 bytes (policy limits.memory-bytes)",
+                                limits.memory_cap
+                            ));
+                        }
+                        Error::GuestTrap { guest, call: call.to_owned(), reason }
+                    }
                 };
                 self.fault = Some(fault.clone());
                 Err(fault)
@@ -295,15 +344,24 @@ impl GuestInstance {
     }
 }
 
-fn describe_trap(trap: Trap, error: &wasmtime::Error) -> String {
-    let hint = match trap {
-        Trap::UnreachableCodeReached => " (a Rust guest panicked or hit `unreachable`)",
-        Trap::MemoryOutOfBounds => " (out-of-bounds memory access)",
-        Trap::StackOverflow => " (stack overflow)",
-        _ => "",
+/// `wasm trap: ... (hint) in function F` from a wasmtime error.
+fn describe_trap(trap: Option<Trap>, error: &wasmtime::Error) -> String {
+    let mut reason = match trap {
+        Some(trap) => trap.to_string(),
+        None => error.root_cause().to_string(),
     };
-    // The first line of the chain carries the backtrace summary wasmtime adds.
-    let detail = format!("{error:#}");
-    let detail = detail.lines().next().unwrap_or_default().to_owned();
-    format!("{trap}{hint}: {detail}")
+    reason.push_str(match trap {
+        Some(Trap::UnreachableCodeReached) => " (a Rust guest panicked, aborted or hit `unreachable`)",
+        Some(Trap::MemoryOutOfBounds) => " (out-of-bounds memory access)",
+        Some(Trap::StackOverflow) => " (stack overflow)",
+        _ => "",
+    });
+    // The innermost named frame says where in the guest it happened.
+    let frame = error
+        .downcast_ref::<WasmBacktrace>()
+        .and_then(|trace| trace.frames().iter().find_map(|f| f.func_name().map(str::to_owned)));
+    if let Some(function) = frame {
+        reason.push_str(&format!(" in `{function}`"));
+    }
+    reason
 }
