@@ -366,16 +366,31 @@ fn run_now(work: device::WorkFn) -> Result<(), Error> {
 
 // --------------------------------------------------------------- allocation
 
+thread_local! {
+    /// Why the last allocation on this thread failed. TensorFlow turns a null
+    /// allocation into a generic "OOM when allocating"; kernels allocate on
+    /// the calling thread, so they can pick up our reason (which names the
+    /// guest and says whether it trapped, timed out or really ran out).
+    static LAST_ALLOCATION_FAILURE: std::cell::RefCell<Option<Error>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The reason the last allocation on this thread failed, if it did.
+pub(crate) fn take_allocation_failure() -> Option<Error> {
+    LAST_ALLOCATION_FAILURE.with_borrow_mut(Option::take)
+}
+
 unsafe extern "C" fn allocate(device: *const SP_Device, size: u64, _memory_space: i64, mem: *mut SP_DeviceMemoryBase) {
     // SAFETY: TF passes a valid out-struct; zero it first so a failure reads as null.
     let Some(mem) = (unsafe { mem.as_mut() }) else { return };
     mem.opaque = ptr::null_mut();
     mem.size = 0;
+    LAST_ALLOCATION_FAILURE.with_borrow_mut(|last| *last = None);
     let result = ffi_guard_or(None, "allocate", || {
         let device = device_of(device)?;
         match device.allocate(size) {
             Ok(ptr) => Ok(Some(ptr)),
             Err(e) => {
+                LAST_ALLOCATION_FAILURE.with_borrow_mut(|last| *last = Some(e.clone()));
                 // TF turns a null pointer into ResourceExhausted ("OOM when
                 // allocating ..."); the log carries our reason and the guest.
                 match &e {

@@ -356,10 +356,19 @@ fn describe_trap(trap: Option<Trap>, error: &wasmtime::Error) -> String {
         Some(Trap::StackOverflow) => " (stack overflow)",
         _ => "",
     });
-    // The innermost named frame says where in the guest it happened.
-    let frame = error
-        .downcast_ref::<WasmBacktrace>()
-        .and_then(|trace| trace.frames().iter().find_map(|f| f.func_name().map(str::to_owned)));
+    // The innermost named frame of the guest's own code says where it happened
+    // (skipping the panic and abort machinery of its standard library).
+    let runtime = |name: &str| {
+        ["std::", "core::", "alloc::", "__rust", "rust_", "abort", "panic"].iter().any(|p| name.starts_with(p) || name.contains("panic"))
+    };
+    let frame = error.downcast_ref::<WasmBacktrace>().and_then(|trace| {
+        trace
+            .frames()
+            .iter()
+            .filter_map(|f| f.func_name())
+            .map(|name| format!("{:#}", rustc_demangle::demangle(name)))
+            .find(|name| !runtime(name))
+    });
     if let Some(function) = frame {
         reason.push_str(&format!(" in `{function}`"));
     }

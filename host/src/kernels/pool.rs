@@ -1,0 +1,108 @@
+//! The rayon pool every kernel computes on.
+//!
+//! ## Why its own pool, and why this size
+//!
+//! TensorFlow runs a synchronous kernel on a thread of its inter-op pool and
+//! waits for `Compute` to return. Our kernels hand the work to this pool and
+//! block that TensorFlow thread until it is done, so a blocked TF thread uses
+//! no core while our workers run. TensorFlow's intra-op pool (Eigen) is
+//! only used by TensorFlow's own CPU kernels, which run on the CPU device.
+//! Sizing this pool at `available_parallelism()` therefore fills the cores
+//! without stacking a second full-size pool on busy ones: when several TF
+//! threads submit kernels at once their jobs share the same workers instead
+//! of each fanning out to every core. (CPU-device ops running at the same
+//! moment still use TensorFlow's intra-op pool; the two then share the cores
+//! the way two devices of one process always do.)
+//!
+//! A dedicated pool (not rayon's global one) keeps our workers named, sized
+//! by us, and out of the way of any other rayon user in the process (another
+//! plugin or Python extension may configure the global pool differently).
+//!
+//! `TFWASM_COMPUTE_THREADS` overrides the size, e.g. to leave cores to a
+//! data pipeline or to pin down a benchmark.
+
+use std::sync::OnceLock;
+
+/// Environment variable that overrides the number of compute threads.
+pub const THREADS_ENV: &str = "TFWASM_COMPUTE_THREADS";
+
+/// The compute pool, built on first use. `None` if the threads could not be
+/// spawned; work then runs on the calling thread (see [`install`]).
+fn pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let threads = configured_threads(std::env::var(THREADS_ENV).ok().as_deref(), default_threads());
+        match rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|index| format!("tfwasm-compute-{index}"))
+            .build()
+        {
+            Ok(pool) => {
+                tracing::debug!("tfwasm: compute pool with {threads} threads");
+                Some(pool)
+            }
+            Err(error) => {
+                tracing::warn!("tfwasm: cannot start {threads} compute threads ({error}); kernels run single-threaded");
+                None
+            }
+        }
+    })
+    .as_ref()
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The pool size from the environment value, or `default` when it is unset
+/// or unusable (an unusable value is logged, not fatal: a typo must not
+/// break a training job).
+fn configured_threads(value: Option<&str>, default: usize) -> usize {
+    let Some(value) = value else { return default };
+    match value.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => n,
+        _ => {
+            tracing::warn!("tfwasm: {THREADS_ENV}={value:?} is not a positive integer; using {default} compute threads");
+            default
+        }
+    }
+}
+
+/// Number of threads parallel work is split across.
+pub fn threads() -> usize {
+    pool().map_or(1, rayon::ThreadPool::current_num_threads)
+}
+
+/// Runs `work` inside the compute pool and waits for it: rayon parallel
+/// iterators (and `gemm`'s rayon mode) called from `work` use our workers.
+/// Without a pool, `work` runs on the calling thread.
+pub fn install<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    match pool() {
+        Some(pool) => pool.install(work),
+        None => work(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_count_from_environment_value() {
+        assert_eq!(configured_threads(None, 8), 8);
+        assert_eq!(configured_threads(Some("3"), 8), 3);
+        assert_eq!(configured_threads(Some(" 2 "), 8), 2);
+        assert_eq!(configured_threads(Some("0"), 8), 8);
+        assert_eq!(configured_threads(Some("-1"), 8), 8);
+        assert_eq!(configured_threads(Some("many"), 8), 8);
+    }
+
+    #[test]
+    fn install_runs_on_named_workers() {
+        let name = install(|| std::thread::current().name().map(str::to_owned));
+        if pool().is_some() {
+            assert!(name.is_some_and(|n| n.starts_with("tfwasm-compute-")));
+        }
+        assert!(threads() >= 1);
+    }
+}
