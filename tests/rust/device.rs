@@ -197,3 +197,33 @@ fn guest_options_reach_the_guest() {
     assert_eq!(device.identity().info.hardware_name, "Test Board 7");
     assert_eq!(device.identity().hardware_name.to_str().unwrap(), "Test Board 7");
 }
+
+#[test]
+fn compiled_guests_are_cached_by_content_and_engine() {
+    use tfwasm::sandbox::{cache, engine, GuestProgram};
+    let dir = std::env::temp_dir().join(format!("tfwasm-cache-test-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    let policy = policy("reference-device", reference_guest(), 8 << 20, &[]);
+    let bytes = std::fs::read(&policy.guest.path).unwrap();
+    let entry = cache::entry(&dir, engine().unwrap(), &bytes);
+    assert!(!entry.exists());
+
+    let first = GuestProgram::load_with_cache(&policy, Some(&dir)).unwrap();
+    assert!(entry.is_file(), "the first load writes the cache entry");
+    let second = GuestProgram::load_with_cache(&policy, Some(&dir)).unwrap();
+    for program in [first, second] {
+        let device = tfwasm::device::Device::new(&program, "WASM", 0).unwrap();
+        let p = device.allocate(100).unwrap();
+        device.deallocate(p).unwrap();
+    }
+    // A corrupt entry is ignored and replaced, never trusted.
+    std::fs::write(&entry, b"garbage").unwrap();
+    let program = GuestProgram::load_with_cache(&policy, Some(&dir)).unwrap();
+    assert!(tfwasm::device::Device::new(&program, "WASM", 0).is_ok());
+    assert!(std::fs::metadata(&entry).unwrap().len() > 1000, "the corrupt entry was rewritten");
+    // Different bytes, different entry.
+    let mut other = bytes.clone();
+    other.extend_from_slice(&[0, 4, b'n', b'o', b'p', b'e']);
+    assert_ne!(cache::entry(&dir, engine().unwrap(), &other), entry);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -15,12 +15,14 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, Trap, WasmBacktrace};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::error::Error;
 use crate::policy::Policy;
+
+pub mod cache;
 
 wasmtime::component::bindgen!({
     path: "../wit/device",
@@ -168,15 +170,21 @@ impl std::fmt::Debug for GuestProgram {
 }
 
 impl GuestProgram {
-    /// Reads, compiles and links the guest the policy names.
+    /// Reads, compiles (or finds in the cache, see [`cache`]) and links the
+    /// guest the policy names.
     pub fn load(policy: &Policy) -> Result<Arc<GuestProgram>, Error> {
+        Self::load_with_cache(policy, cache::default_dir().as_deref())
+    }
+
+    /// [`GuestProgram::load`] with an explicit cache directory (`None`: no cache).
+    pub fn load_with_cache(policy: &Policy, cache_dir: Option<&std::path::Path>) -> Result<Arc<GuestProgram>, Error> {
         let label = guest_label(&policy.guest.name, &policy.guest.path);
         let load_err = |reason: String| Error::GuestLoad { guest: label.clone(), reason };
         let engine = engine()?;
         let started = Instant::now();
         let bytes = std::fs::read(&policy.guest.path)
             .map_err(|e| load_err(format!("cannot read {}: {e}", policy.guest.path.display())))?;
-        let component = Component::new(engine, &bytes).map_err(|e| {
+        let (component, cached) = cache::compile(engine, &bytes, cache_dir).map_err(|e| {
             load_err(format!(
                 "not a valid wasm component ({:#}); build guests for wasm32-wasip2 with wit-bindgen against wit/device",
                 e
@@ -195,7 +203,8 @@ impl GuestProgram {
                 "it does not export the `tfwasm:device/device@0.1.0` world: {e:#}"
             ))
         })?;
-        tracing::info!("{label}: compiled and linked in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
+        let how = if cached { "loaded from the compile cache" } else { "compiled" };
+        tracing::info!("{label}: {how} and linked in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
         Ok(Arc::new(GuestProgram { label: label.into(), policy: policy.clone(), pre }))
     }
 
