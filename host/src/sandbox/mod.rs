@@ -12,6 +12,7 @@
 //! the guest. After such a fault the instance is never called again; the
 //! owner replaces it with [`GuestProgram::instantiate`].
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,31 @@ pub use self::tfwasm::device::types::{DeviceConfig, DeviceError, DeviceInfo};
 
 /// Length of one epoch tick: the granularity of call deadlines.
 const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// Guest calls in progress, process-wide; the epoch ticker runs only while
+/// this is non-zero.
+static ACTIVE_CALLS: AtomicUsize = AtomicUsize::new(0);
+static TICKER: OnceLock<std::thread::Thread> = OnceLock::new();
+
+/// Marks a guest call as running for as long as it lives.
+struct ActiveCall;
+
+impl ActiveCall {
+    fn start() -> ActiveCall {
+        if ACTIVE_CALLS.fetch_add(1, Ordering::AcqRel) == 0 {
+            if let Some(ticker) = TICKER.get() {
+                ticker.unpark();
+            }
+        }
+        ActiveCall
+    }
+}
+
+impl Drop for ActiveCall {
+    fn drop(&mut self) {
+        ACTIVE_CALLS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// The process-wide engine. Created on first use, with a ticker thread that
 /// advances its epoch so call deadlines fire.
@@ -63,16 +89,24 @@ pub fn engine() -> Result<&'static Engine, Error> {
             config.max_wasm_stack(512 << 10);
             let engine = Engine::new(&config).map_err(|e| format!("{e:#}"))?;
             let weak = engine.weak();
-            std::thread::Builder::new()
+            let ticker = std::thread::Builder::new()
                 .name("tfwasm-epoch".into())
                 .spawn(move || {
                     while let Some(engine) = weak.upgrade() {
+                        if ACTIVE_CALLS.load(Ordering::Acquire) == 0 {
+                            // Nothing to interrupt: sleep until a call starts,
+                            // so an idle process does not wake 1000×/s.
+                            drop(engine);
+                            std::thread::park();
+                            continue;
+                        }
                         engine.increment_epoch();
                         drop(engine);
                         std::thread::sleep(EPOCH_TICK);
                     }
                 })
                 .map_err(|e| format!("cannot start the epoch ticker: {e}"))?;
+            let _ = TICKER.set(ticker.thread().clone());
             Ok(engine)
         })
         .as_ref()
@@ -315,7 +349,10 @@ impl GuestInstance {
         let deadline_ms = self.program.policy.limits.call_deadline_ms;
         let ticks = deadline_ms.div_ceil(EPOCH_TICK.as_millis() as u64).max(1);
         self.store.set_epoch_deadline(ticks);
-        match body(&mut self.store, self.bindings.as_ref()) {
+        let running = ActiveCall::start();
+        let outcome = body(&mut self.store, self.bindings.as_ref());
+        drop(running);
+        match outcome {
             Ok(value) => Ok(value),
             Err(error) => {
                 let guest = self.program.label.to_string();
