@@ -184,6 +184,20 @@ mod tests {
     }
 
     #[test]
+    fn every_shipped_policy_is_valid() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Policy::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                checked += 1;
+            }
+        }
+        assert!(checked >= 2, "expected the device and hostile-device policies");
+    }
+
+    #[test]
     fn rejects_unknown_keys_and_bad_limits() {
         let bad = "[guest]\nname='x'\npath='x.wasm'\n[device]\ncount=1\nmemory-bytes=10\n";
         let mut p: Policy = toml::from_str(bad).unwrap();
