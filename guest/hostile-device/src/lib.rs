@@ -27,16 +27,22 @@ pub mod allocator;
 pub mod ordering;
 
 #[cfg(target_arch = "wasm32")]
+#[path = "../../reference-device/src/glue.rs"]
+mod glue;
+
+#[cfg(target_arch = "wasm32")]
 mod component {
     use std::cell::RefCell;
 
-    use crate::allocator::{AllocError, BestFit};
-    use crate::ordering::{Dep, EventState as State, OrderError, Ordering};
+    use crate::allocator::BestFit;
+    use crate::ordering::Ordering;
 
     wit_bindgen::generate!({
         path: "../../wit/device",
         world: "device",
     });
+
+    use crate::glue::{self, alloc_error, order_error};
 
     use exports::tfwasm::device::identity::Guest as Identity;
     use exports::tfwasm::device::memory::{Guest as Memory, MemoryUsage};
@@ -69,32 +75,17 @@ mod component {
         DEVICE.with_borrow(|d| d.as_ref().is_some_and(|d| d.mode == mode))
     }
 
-    fn alloc_error(e: AllocError) -> DeviceError {
-        match e {
-            AllocError::OutOfMemory(n) => DeviceError::OutOfMemory(n),
-            AllocError::UnknownOffset(o) => DeviceError::UnknownHandle(o),
-            AllocError::Invalid(m) => DeviceError::InvalidArgument(m),
-        }
-    }
-
-    fn order_error(e: OrderError) -> DeviceError {
-        match e {
-            OrderError::UnknownHandle(h) => DeviceError::UnknownHandle(h),
-        }
-    }
-
     /// Applies the stream-misbehaviour modes to an honest ticket.
     fn ticket(mode: &str, t: crate::ordering::Ticket, stream: u64) -> Ticket {
-        let mut after: Vec<Dependency> =
-            t.after.into_iter().map(|Dep { stream, seq }| Dependency { stream, seq }).collect();
-        let seq = match mode {
-            "bad-seq" => 1,
-            _ => t.seq,
-        };
-        if mode == "dangling-dependency" {
-            after.push(Dependency { stream, seq: t.seq + 1_000 });
+        let mut ticket = glue::ticket(t);
+        if mode == "bad-seq" {
+            ticket.seq = 1;
         }
-        Ticket { seq, after }
+        if mode == "dangling-dependency" {
+            let seq = ticket.seq + 1_000;
+            ticket.after.push(Dependency { stream, seq });
+        }
+        ticket
     }
 
     struct Hostile;
@@ -169,15 +160,7 @@ mod component {
         }
 
         fn usage() -> MemoryUsage {
-            let stats = with(|d| Ok(d.memory.stats())).unwrap_or_default();
-            MemoryUsage {
-                bytes_in_use: stats.bytes_in_use,
-                peak_bytes_in_use: stats.peak_bytes_in_use,
-                num_allocs: stats.num_allocs,
-                largest_alloc_size: stats.largest_alloc_size,
-                largest_free_block: stats.largest_free_block,
-                limit: stats.limit,
-            }
+            glue::usage(with(|d| Ok(d.memory.stats())).unwrap_or_default())
         }
 
         fn adopt(live: Vec<(u64, u64)>) -> Result<(), DeviceError> {
@@ -236,12 +219,7 @@ mod component {
             if mode_is("lie-event-complete") {
                 return EventState::Complete;
             }
-            match with(|d| Ok(d.ordering.event_status(e))) {
-                Ok(State::Pending) => EventState::Pending,
-                Ok(State::Complete) => EventState::Complete,
-                Ok(State::Error) => EventState::Error,
-                Ok(State::Unknown) | Err(_) => EventState::Unknown,
-            }
+            glue::event_state(with(|d| Ok(d.ordering.event_status(e))).ok())
         }
 
         fn create_timer() -> Result<u64, DeviceError> {

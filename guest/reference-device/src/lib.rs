@@ -13,20 +13,25 @@ pub mod allocator;
 pub mod ordering;
 
 #[cfg(target_arch = "wasm32")]
+mod glue;
+
+#[cfg(target_arch = "wasm32")]
 mod component {
     use std::cell::RefCell;
 
-    use crate::allocator::{AllocError, BestFit};
-    use crate::ordering::{Dep, EventState as State, OrderError, Ordering};
+    use crate::allocator::BestFit;
+    use crate::ordering::Ordering;
 
     wit_bindgen::generate!({
         path: "../../wit/device",
         world: "device",
     });
 
+    use crate::glue::{self, alloc_error, order_error, ticket};
+
     use exports::tfwasm::device::identity::Guest as Identity;
     use exports::tfwasm::device::memory::{Guest as Memory, MemoryUsage};
-    use exports::tfwasm::device::streams::{Dependency, EventState, Guest as Streams, Ticket, WorkKind};
+    use exports::tfwasm::device::streams::{EventState, Guest as Streams, Ticket, WorkKind};
     use tfwasm::device::host::{log, LogLevel};
     use tfwasm::device::types::{DeviceConfig, DeviceError, DeviceInfo};
 
@@ -44,27 +49,6 @@ mod component {
             Some(device) => f(device),
             None => Err(DeviceError::Internal("init was not called".into())),
         })
-    }
-
-    fn alloc_error(e: AllocError) -> DeviceError {
-        match e {
-            AllocError::OutOfMemory(n) => DeviceError::OutOfMemory(n),
-            AllocError::UnknownOffset(o) => DeviceError::UnknownHandle(o),
-            AllocError::Invalid(m) => DeviceError::InvalidArgument(m),
-        }
-    }
-
-    fn order_error(e: OrderError) -> DeviceError {
-        match e {
-            OrderError::UnknownHandle(h) => DeviceError::UnknownHandle(h),
-        }
-    }
-
-    fn ticket(t: crate::ordering::Ticket) -> Ticket {
-        Ticket {
-            seq: t.seq,
-            after: t.after.into_iter().map(|Dep { stream, seq }| Dependency { stream, seq }).collect(),
-        }
     }
 
     struct Reference;
@@ -115,15 +99,7 @@ mod component {
         }
 
         fn usage() -> MemoryUsage {
-            let stats = with(|d| Ok(d.memory.stats())).unwrap_or_default();
-            MemoryUsage {
-                bytes_in_use: stats.bytes_in_use,
-                peak_bytes_in_use: stats.peak_bytes_in_use,
-                num_allocs: stats.num_allocs,
-                largest_alloc_size: stats.largest_alloc_size,
-                largest_free_block: stats.largest_free_block,
-                limit: stats.limit,
-            }
+            glue::usage(with(|d| Ok(d.memory.stats())).unwrap_or_default())
         }
 
         fn adopt(live: Vec<(u64, u64)>) -> Result<(), DeviceError> {
@@ -179,12 +155,7 @@ mod component {
         }
 
         fn event_status(e: u64) -> EventState {
-            match with(|d| Ok(d.ordering.event_status(e))) {
-                Ok(State::Pending) => EventState::Pending,
-                Ok(State::Complete) => EventState::Complete,
-                Ok(State::Error) => EventState::Error,
-                Ok(State::Unknown) | Err(_) => EventState::Unknown,
-            }
+            glue::event_state(with(|d| Ok(d.ordering.event_status(e))).ok())
         }
 
         fn create_timer() -> Result<u64, DeviceError> {
