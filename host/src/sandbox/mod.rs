@@ -12,7 +12,7 @@
 //! the guest. After such a fault the instance is never called again; the
 //! owner replaces it with [`GuestProgram::instantiate`].
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -37,17 +37,24 @@ pub use self::tfwasm::device::types::{DeviceConfig, DeviceError, DeviceInfo};
 /// Length of one epoch tick: the granularity of call deadlines.
 const EPOCH_TICK: Duration = Duration::from_millis(1);
 
-/// Guest calls in progress, process-wide; the epoch ticker runs only while
-/// this is non-zero.
+/// Guest calls in progress, and calls ever started, process-wide. The epoch
+/// ticker parks after `IDLE_TICKS` without a call and is woken by the next
+/// one, so an idle process does not wake 1000×/s, while a busy one pays no
+/// wake-up per call (only a load of `TICKER_PARKED`).
 static ACTIVE_CALLS: AtomicUsize = AtomicUsize::new(0);
+static CALLS_STARTED: AtomicUsize = AtomicUsize::new(0);
+static TICKER_PARKED: AtomicBool = AtomicBool::new(false);
 static TICKER: OnceLock<std::thread::Thread> = OnceLock::new();
+const IDLE_TICKS: u32 = 200;
 
 /// Marks a guest call as running for as long as it lives.
 struct ActiveCall;
 
 impl ActiveCall {
     fn start() -> ActiveCall {
-        if ACTIVE_CALLS.fetch_add(1, Ordering::AcqRel) == 0 {
+        ACTIVE_CALLS.fetch_add(1, Ordering::SeqCst);
+        CALLS_STARTED.fetch_add(1, Ordering::Relaxed);
+        if TICKER_PARKED.load(Ordering::SeqCst) && TICKER_PARKED.swap(false, Ordering::SeqCst) {
             if let Some(ticker) = TICKER.get() {
                 ticker.unpark();
             }
@@ -58,7 +65,31 @@ impl ActiveCall {
 
 impl Drop for ActiveCall {
     fn drop(&mut self) {
-        ACTIVE_CALLS.fetch_sub(1, Ordering::AcqRel);
+        ACTIVE_CALLS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The epoch ticker's loop: one tick per `EPOCH_TICK` while guests run.
+fn run_ticker(engine: wasmtime::EngineWeak) {
+    let mut idle = 0;
+    let mut seen = CALLS_STARTED.load(Ordering::Relaxed);
+    while let Some(engine) = engine.upgrade() {
+        engine.increment_epoch();
+        drop(engine);
+        std::thread::sleep(EPOCH_TICK);
+        let started = CALLS_STARTED.load(Ordering::Relaxed);
+        idle = if started == seen && ACTIVE_CALLS.load(Ordering::SeqCst) == 0 { idle + 1 } else { 0 };
+        seen = started;
+        if idle >= IDLE_TICKS {
+            TICKER_PARKED.store(true, Ordering::SeqCst);
+            // A call that started before the flag was visible must not be
+            // left without ticks: look again before sleeping.
+            if ACTIVE_CALLS.load(Ordering::SeqCst) == 0 {
+                std::thread::park();
+            }
+            TICKER_PARKED.store(false, Ordering::SeqCst);
+            idle = 0;
+        }
     }
 }
 
@@ -91,20 +122,7 @@ pub fn engine() -> Result<&'static Engine, Error> {
             let weak = engine.weak();
             let ticker = std::thread::Builder::new()
                 .name("tfwasm-epoch".into())
-                .spawn(move || {
-                    while let Some(engine) = weak.upgrade() {
-                        if ACTIVE_CALLS.load(Ordering::Acquire) == 0 {
-                            // Nothing to interrupt: sleep until a call starts,
-                            // so an idle process does not wake 1000×/s.
-                            drop(engine);
-                            std::thread::park();
-                            continue;
-                        }
-                        engine.increment_epoch();
-                        drop(engine);
-                        std::thread::sleep(EPOCH_TICK);
-                    }
-                })
+                .spawn(move || run_ticker(weak))
                 .map_err(|e| format!("cannot start the epoch ticker: {e}"))?;
             let _ = TICKER.set(ticker.thread().clone());
             Ok(engine)
