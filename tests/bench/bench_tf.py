@@ -59,23 +59,32 @@ def place(tf, device: str, array):
         return tf.identity(tf.constant(array))
 
 
-def tiny_op_latency(tf, device: str, batches: int, per_batch: int):
+def tiny_op_latency(tf, devices: list[str], batches: int, per_batch: int):
+    """Median seconds per ``a + b`` on each device. Batches alternate between
+    the devices, so drift on a shared machine hits both alike."""
     import numpy as np
 
-    a = place(tf, device, np.array([1.0, 2.0, 3.0, 4.0], np.float32))
-    b = place(tf, device, np.array([0.5, 0.25, 0.125, 2.0], np.float32))
-    ran_on = []
+    runs = {}
+    for device in devices:
+        a = place(tf, device, np.array([1.0, 2.0, 3.0, 4.0], np.float32))
+        b = place(tf, device, np.array([0.5, 0.25, 0.125, 2.0], np.float32))
+        ran_on = []
 
-    def batch():
-        with tf.device(device):
-            for _ in range(per_batch):
-                c = a + b
-        c.numpy()
-        ran_on.append(c.device)
+        def batch(device=device, a=a, b=b, ran_on=ran_on):
+            with tf.device(device):
+                for _ in range(per_batch):
+                    c = a + b
+            c.numpy()
+            ran_on.append(c.device)
 
-    batch()  # warm up: kernel lookup, first allocations
-    seconds = median_seconds(batch, batches, per_batch)
-    return seconds, ran_on[-1]
+        batch()  # warm up: kernel lookup, first allocations
+        runs[device] = (batch, ran_on, [])
+    for _ in range(batches):
+        for device, (batch, _, samples) in runs.items():
+            start = time.perf_counter()
+            batch()
+            samples.append((time.perf_counter() - start) / per_batch)
+    return {device: (statistics.median(samples), ran_on[-1]) for device, (_, ran_on, samples) in runs.items()}
 
 
 def matmul_throughput(tf, device: str, n: int, samples: int, per_sample: int, warmup: int):
@@ -122,8 +131,8 @@ def main() -> int:
     print("medians; every timed batch ends with a device→host copy of its last result\n")
 
     # (a) tiny-op latency
-    wasm_s, wasm_on = tiny_op_latency(tf, plugin, args.tiny_batches, args.tiny_ops)
-    cpu_s, cpu_on = tiny_op_latency(tf, cpu, args.tiny_batches, args.tiny_ops)
+    latency = tiny_op_latency(tf, [plugin, cpu], args.tiny_batches, args.tiny_ops)
+    (wasm_s, wasm_on), (cpu_s, cpu_on) = latency[plugin], latency[cpu]
     print("(a) eager AddV2 on [4] float32, latency per op")
     print(f"    {device_type:<5} {wasm_s * 1e6:9.2f} us   (ran on {short(wasm_on)})")
     print(f"    {'CPU':<5} {cpu_s * 1e6:9.2f} us   (ran on {short(cpu_on)})")
