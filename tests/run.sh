@@ -33,7 +33,7 @@ bash host/scripts/setup.sh
 # Same profile, features and target dir as setup.sh's `cargo build --release`,
 # so the dependencies (wasmtime above all) are reused, not rebuilt.
 run "host tests" cargo test --release -p tfwasm
-run "guest unit tests" cargo test -p tfwasm-reference-device
+run "guest unit tests" cargo test -p tfwasm-reference-device -p tfwasm-hostile-device
 run "python tests" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python
 
 printf '\n==> Summary\n'

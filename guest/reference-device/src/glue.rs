@@ -9,6 +9,20 @@ use crate::component::tfwasm::device::types::DeviceError;
 use crate::allocator::{AllocError, Stats};
 use crate::ordering::{self, Dep, OrderError};
 
+/// What every export but `init` answers before `init` succeeded.
+pub fn init_not_called() -> DeviceError {
+    DeviceError::Internal("init not called".into())
+}
+
+/// A device error as a sentence, for the log and for `stream-status`.
+pub fn describe(error: &DeviceError) -> String {
+    match error {
+        DeviceError::OutOfMemory(n) => format!("out of memory for {n} bytes"),
+        DeviceError::UnknownHandle(h) => format!("unknown handle {h}"),
+        DeviceError::InvalidArgument(m) | DeviceError::Internal(m) => m.clone(),
+    }
+}
+
 pub fn alloc_error(e: AllocError) -> DeviceError {
     match e {
         AllocError::OutOfMemory(n) => DeviceError::OutOfMemory(n),
@@ -20,6 +34,7 @@ pub fn alloc_error(e: AllocError) -> DeviceError {
 pub fn order_error(e: OrderError) -> DeviceError {
     match e {
         OrderError::UnknownHandle(h) => DeviceError::UnknownHandle(h),
+        e @ OrderError::NotSubmitted { .. } => DeviceError::InvalidArgument(e.to_string()),
     }
 }
 

@@ -1,16 +1,22 @@
 //! The reference device guest: what tfwasm loads as `/device:WASM:N` unless a
 //! policy names another guest.
 //!
+//! - [`settings::Settings`] reads the policy's `[guest.config]` options.
 //! - [`allocator::BestFit`] places allocations (best fit, coalescing).
 //! - [`ordering::Ordering`] orders stream work and tracks events and timers.
-//! - This file maps the WIT world `tfwasm:device/device` onto them.
+//! - The `component` module maps the WIT world `tfwasm:device/device` onto
+//!   them; `glue` converts between their types and the WIT ones.
 //!
 //! All state lives in one `RefCell`: the host never calls an instance
-//! concurrently. The two modules are plain Rust, tested natively with
-//! `cargo test -p tfwasm-reference-device`.
+//! concurrently, and wasm32-wasip2 has a single thread. Every export other
+//! than `init` answers "init not called" until `init` succeeded, instead of
+//! trapping. The pure modules are tested natively with
+//! `cargo test -p tfwasm-reference-device`; the bindings exist only on wasm,
+//! since their host imports cannot link into a native test binary.
 
 pub mod allocator;
 pub mod ordering;
+pub mod settings;
 
 #[cfg(target_arch = "wasm32")]
 mod glue;
@@ -21,6 +27,7 @@ mod component {
 
     use crate::allocator::BestFit;
     use crate::ordering::Ordering;
+    use crate::settings::Settings;
 
     wit_bindgen::generate!({
         path: "../../wit/device",
@@ -47,7 +54,7 @@ mod component {
     fn with<R>(f: impl FnOnce(&mut Device) -> Result<R, DeviceError>) -> Result<R, DeviceError> {
         DEVICE.with_borrow_mut(|device| match device {
             Some(device) => f(device),
-            None => Err(DeviceError::Internal("init was not called".into())),
+            None => Err(glue::init_not_called()),
         })
     }
 
@@ -55,37 +62,30 @@ mod component {
 
     impl Identity for Reference {
         fn init(config: DeviceConfig) -> Result<DeviceInfo, String> {
-            let mut info = DeviceInfo {
-                hardware_name: "tfwasm reference device".into(),
-                vendor: "tfwasm".into(),
-                pci_bus_id: String::new(),
-                numa_node: -1,
-                // A plain DDR4 channel and two modern cores: only TF's cost model reads these.
-                memory_bandwidth: 20_000_000_000,
-                gflops: 100.0,
-            };
-            let mut limit = config.memory_size;
-            let number = |key: &str, value: &str| -> Result<u64, String> {
-                value.trim().parse::<u64>().map_err(|_| format!("option {key} = {value:?} is not a non-negative integer"))
-            };
-            for (key, value) in &config.options {
-                match key.as_str() {
-                    "hardware-name" => info.hardware_name = value.clone(),
-                    "vendor" => info.vendor = value.clone(),
-                    "memory-bandwidth" => info.memory_bandwidth = number(key, value)?,
-                    "gflops" => {
-                        info.gflops = value.trim().parse::<f64>().map_err(|_| format!("option gflops = {value:?} is not a number"))?
-                    }
-                    "memory-limit" => limit = number(key, value)?.min(config.memory_size),
-                    other => log(LogLevel::Warn, &format!("ignoring unknown option {other:?}")),
-                }
+            // A second init would silently drop every live allocation.
+            if DEVICE.with_borrow(Option::is_some) {
+                return Err("init called twice; the device is already set up".into());
+            }
+            let (settings, warnings) = Settings::parse(config.memory_size, &config.options)?;
+            for warning in warnings {
+                log(LogLevel::Warn, &warning);
             }
             log(
                 LogLevel::Info,
-                &format!("device {} ready: {} bytes of device memory, best-fit placement", config.ordinal, limit),
+                &format!(
+                    "device {}: {} of {} bytes of device memory, best-fit placement",
+                    config.ordinal, settings.memory_limit, config.memory_size
+                ),
             );
-            DEVICE.set(Some(Device { memory: BestFit::new(limit), ordering: Ordering::default() }));
-            Ok(info)
+            DEVICE.set(Some(Device { memory: BestFit::new(settings.memory_limit), ordering: Ordering::default() }));
+            Ok(DeviceInfo {
+                hardware_name: settings.hardware_name,
+                vendor: settings.vendor,
+                pci_bus_id: String::new(),
+                numa_node: -1,
+                memory_bandwidth: settings.memory_bandwidth,
+                gflops: settings.gflops,
+            })
         }
     }
 
@@ -117,14 +117,16 @@ mod component {
         }
 
         fn submit(s: u64, _kind: WorkKind) -> Result<Ticket, DeviceError> {
+            // Every kind of work is ordered alike: in stream order.
             with(|d| d.ordering.submit(s).map(ticket).map_err(order_error))
         }
 
         fn complete(s: u64, seq: u64, at_ns: u64, ok: bool) {
-            let _ = with(|d| {
-                d.ordering.complete(s, seq, at_ns, ok);
-                Ok(())
-            });
+            // No way to answer: a completion that makes no sense is logged.
+            let outcome = with(|d| d.ordering.complete(s, seq, at_ns, ok).map_err(order_error));
+            if let Err(e) = outcome {
+                log(LogLevel::Warn, &format!("streams.complete(stream {s}, seq {seq}): {}", glue::describe(&e)));
+            }
         }
 
         fn add_dependency(dependent: u64, other: u64) -> Result<(), DeviceError> {
@@ -132,10 +134,7 @@ mod component {
         }
 
         fn stream_status(s: u64) -> Result<(), String> {
-            match with(|d| d.ordering.stream_status(s).map_err(order_error)) {
-                Ok(status) => status,
-                Err(_) => Err(format!("unknown stream {s}")),
-            }
+            with(|d| d.ordering.stream_status(s).map_err(order_error)).unwrap_or_else(|e| Err(glue::describe(&e)))
         }
 
         fn create_event() -> Result<u64, DeviceError> {
