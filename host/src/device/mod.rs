@@ -599,8 +599,14 @@ impl Device {
         let ticket = match answer {
             Ok(Ok(ticket)) => ticket,
             Ok(Err(refusal)) => {
-                // The guest refuses to order this work; TF must still make progress.
-                tracing::warn!("{}; ordering it on the host", self.refused(call, refusal));
+                // The guest refuses to order this work; TF must still make
+                // progress. The host now owns this stream's sequence (the
+                // guest cannot learn the seq the host used), so it orders the
+                // stream from here on instead of blaming the guest later.
+                tracing::warn!("{}; the host orders stream {stream:#x} from now on", self.refused(call, refusal));
+                if let Some(record) = slot.streams.get_mut(&stream) {
+                    record.guest_id = None;
+                }
                 return Ok(host_order(local, foreign));
             }
             Err(_) => return Ok(host_order(local, foreign)),
