@@ -184,3 +184,26 @@ fn events_reported_complete_too_early() {
 fn trap_while_ordering_work() {
     stream_lie_is_survived("trap-on-submit");
 }
+
+/// An honest refusal is not a fault: the host orders that stream itself from
+/// then on, so the guest's own sequence numbers never go stale and the guest
+/// is never blamed for it.
+#[test]
+fn refused_submits_hand_the_stream_to_the_host() {
+    let device = hostile_device("refuse-every-other-submit", 0);
+    let s = device.create_stream().unwrap();
+    let ran = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    for _ in 0..6 {
+        let ran = ran.clone();
+        device
+            .submit(s, WorkKind::CopyHostToDevice, Box::new(move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }))
+            .unwrap();
+    }
+    device.block_until_done(s).unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 6);
+    assert_eq!(device.replacements(), 0, "a refusal is not a fault");
+    assert!(device.stream_status(s).is_ok());
+}

@@ -24,6 +24,7 @@
 //! | `dangling-dependency` | tickets wait for work 1000 tickets beyond what another stream (or, with one stream, this one) submitted |
 //! | `lie-event-complete` | `event-status` always says complete |
 //! | `trap-on-submit` | `submit` panics |
+//! | `refuse-every-other-submit` | `submit` honestly refuses (`internal`) every second call |
 
 #[path = "../../reference-device/src/allocator.rs"]
 pub mod allocator;
@@ -51,10 +52,11 @@ pub enum Mode {
     DanglingDependency,
     LieEventComplete,
     TrapOnSubmit,
+    RefuseEveryOtherSubmit,
 }
 
 impl Mode {
-    const NAMES: [(&'static str, Mode); 13] = [
+    const NAMES: [(&'static str, Mode); 14] = [
         ("init-error", Mode::InitError),
         ("trap-on-init", Mode::TrapOnInit),
         ("trap-on-allocate", Mode::TrapOnAllocate),
@@ -68,6 +70,7 @@ impl Mode {
         ("dangling-dependency", Mode::DanglingDependency),
         ("lie-event-complete", Mode::LieEventComplete),
         ("trap-on-submit", Mode::TrapOnSubmit),
+        ("refuse-every-other-submit", Mode::RefuseEveryOtherSubmit),
     ];
 
     fn parse(name: &str) -> Option<Mode> {
@@ -153,6 +156,8 @@ mod component {
         ordering: Ordering,
         /// What `grow-memory` holds on to, so the allocations stay live.
         hoard: Vec<Vec<u8>>,
+        /// `refuse-every-other-submit`: whether the next submit is refused.
+        refusals_due: bool,
     }
 
     impl Device {
@@ -239,6 +244,7 @@ mod component {
                 memory: BestFit::new(config.memory_size),
                 ordering: Ordering::default(),
                 hoard: Vec::new(),
+                refusals_due: false,
             }));
             Ok(DeviceInfo {
                 hardware_name: "tfwasm hostile test device".into(),
@@ -288,6 +294,12 @@ mod component {
             with(|d| {
                 if d.mode == Mode::TrapOnSubmit {
                     panic!("hostile-device traps in submit (mode trap-on-submit)");
+                }
+                if d.mode == Mode::RefuseEveryOtherSubmit {
+                    d.refusals_due = !d.refusals_due;
+                    if d.refusals_due {
+                        return Err(DeviceError::Internal("hostile-device declines this submit".into()));
+                    }
                 }
                 let honest = d.ordering.submit(s).map_err(order_error)?;
                 Ok(d.ticket(honest, s))
