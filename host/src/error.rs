@@ -51,6 +51,11 @@ pub enum Error {
     #[error("tfwasm: {0}")]
     Stream(String),
 
+    /// A failure TensorFlow reported to a kernel (e.g. an output it could
+    /// not allocate), kept with TensorFlow's code; `message` is complete.
+    #[error("{message}")]
+    Tensorflow { code: TF_Code, message: String },
+
     /// Something the host itself got wrong.
     #[error("tfwasm: internal error: {0}")]
     Internal(String),
@@ -70,6 +75,7 @@ impl Error {
             Error::InvalidArgument(_) => TF_INVALID_ARGUMENT,
             Error::Stream(_) => TF_INTERNAL,
             Error::Internal(_) => TF_INTERNAL,
+            Error::Tensorflow { code, .. } => *code,
         }
     }
 

@@ -1,13 +1,17 @@
 //! `TF_InitKernel` and the callbacks of the kernels it registers.
 //!
 //! For the device type of this process (`WASM` unless `TFWASM_DEVICE_TYPE`
-//! says otherwise) tfwasm registers float32 (`T=DT_FLOAT`) kernels for
-//! `AddV2`, `Mul` and `MatMul`. Each callback is thin: it turns the
-//! `TF_Tensor`s of the context into slices and shapes, asks a plan from
-//! [`crate::kernels`] for the output shape, allocates the output through
-//! TensorFlow (which asks the device guest where to place it), and runs the
-//! plan. Device memory is host-addressable, so tensor data pointers are read
-//! and written directly.
+//! says otherwise) tfwasm registers every [`KernelDef`] of
+//! [`crate::kernels::registry`], once per combination of its type
+//! constraints. The callbacks are thin: create builds the kernel from the
+//! node's attributes ([`Attrs`] over `TF_OpKernelConstruction`), compute runs
+//! it with an [`OpContext`] over `TF_OpKernelContext`, delete drops it.
+//! Device memory is host-addressable, so tensor data pointers are read and
+//! written directly.
+//!
+//! TensorFlow's create callback carries no user data, so which kernel a
+//! callback builds is fixed by a const generic: [`CREATE`] holds
+//! `create_nth::<0>`, `create_nth::<1>`, …, one per registry entry.
 //!
 //! Errors reach TensorFlow through `TF_OpKernelContext_Failure` (or
 //! `TF_OpKernelConstruction_Failure`) with a `TF_Status` created per call;
@@ -16,29 +20,23 @@
 //! device full) keeps TensorFlow's error code, so Python still sees a
 //! `ResourceExhaustedError`.
 
-use std::ffi::{c_int, c_void, CStr, CString};
+use std::any::Any;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr::{self, NonNull};
+use std::sync::OnceLock;
 
 use super::ffi::kernels::*;
 use super::ffi::status::{TF_Code, TF_DeleteStatus, TF_GetCode, TF_Message, TF_NewStatus, TF_SetStatus, TF_Status, TF_OK};
 use super::{ffi_guard, ffi_guard_or};
 use crate::error::Error;
 use crate::kernels::shape::{element_count, ShapeDisplay};
-use crate::kernels::{BinaryOp, BinaryPlan, MatMulAttrs, MatMulPlan};
+use crate::kernels::{Attrs, DType, Kernel, KernelDef, OpContext, Tensor};
 
-/// One kernel registration: the op, the name TensorFlow logs for our
-/// kernel class, and the create callback that fixes which kernel it is.
-struct Registration {
-    op: &'static CStr,
-    kernel_name: &'static CStr,
-    create: TF_KernelCreateFn,
+/// The registry, fixed for the process: `create_nth::<I>` builds entry `I`.
+fn definitions() -> &'static [KernelDef] {
+    static DEFS: OnceLock<Vec<KernelDef>> = OnceLock::new();
+    DEFS.get_or_init(crate::kernels::registry)
 }
-
-const REGISTRATIONS: &[Registration] = &[
-    Registration { op: c"AddV2", kernel_name: c"TfwasmAddV2Op", create: create_add_v2 },
-    Registration { op: c"Mul", kernel_name: c"TfwasmMulOp", create: create_mul },
-    Registration { op: c"MatMul", kernel_name: c"TfwasmMatMulOp", create: create_matmul },
-];
 
 /// Entry point TensorFlow calls once, after `SE_InitPlugin`, to collect the
 /// plugin's kernels. Registers nothing when the device type is invalid or
@@ -59,119 +57,150 @@ pub extern "C" fn TF_InitKernel() {
                 return Ok(());
             }
         };
-        for registration in REGISTRATIONS {
-            // One failed registration leaves the op to the CPU device; the
-            // others still register.
-            match register(registration, device_type) {
-                Ok(()) => tracing::debug!("tfwasm: registered {:?} for {device_type:?}", registration.op),
-                Err(error) => tracing::warn!("{error}; the op falls back to the CPU device"),
+        let mut registered = 0;
+        for (index, def) in definitions().iter().enumerate() {
+            let Some(&create) = CREATE.get(index) else {
+                tracing::error!("tfwasm: more kernels than create callbacks ({}); {} falls back to the CPU device", CREATE.len(), def.op);
+                continue;
+            };
+            for combo in def.type_combinations() {
+                // One failed registration leaves that op and type to the CPU
+                // device; the others still register.
+                match register(def, &combo, create, device_type) {
+                    Ok(()) => registered += 1,
+                    Err(error) => tracing::warn!("{error}; the op falls back to the CPU device"),
+                }
             }
         }
+        tracing::debug!("tfwasm: registered {registered} kernels for {device_type:?}");
         Ok(())
     })
 }
 
-fn register(registration: &Registration, device_type: &CStr) -> Result<(), Error> {
-    let op = registration.op.to_string_lossy();
-    let failed = |failure: TfFailure| Error::Internal(format!("cannot register the {op} kernel: {}", failure.message));
+fn register(def: &KernelDef, combo: &[(&str, DType)], create: TF_KernelCreateFn, device_type: &CStr) -> Result<(), Error> {
+    let failed = |what: String| Error::Internal(format!("cannot register the {} kernel {combo:?}: {what}", def.op));
+    let op = CString::new(def.op).map_err(|_| failed("bad op name".into()))?;
+    let kernel_name = CString::new(format!("Tfwasm{}Op", def.op)).map_err(|_| failed("bad op name".into()))?;
     let status = OwnedStatus::new()?;
     // SAFETY: the strings are NUL-terminated and outlive the call (TensorFlow
     // copies them into its KernelDefBuilder); the callbacks are `extern "C"`
     // functions with the signatures kernels.h declares.
     let builder = unsafe {
-        TF_NewKernelBuilder(
-            registration.op.as_ptr(),
-            device_type.as_ptr(),
-            Some(registration.create),
-            Some(compute_kernel),
-            Some(delete_kernel),
-        )
+        TF_NewKernelBuilder(op.as_ptr(), device_type.as_ptr(), Some(create), Some(compute_kernel), Some(delete_kernel))
     };
-    let builder = NonNull::new(builder).ok_or_else(|| Error::Internal(format!("TF_NewKernelBuilder returned null for {op}")))?;
-    status.clear();
-    // SAFETY: `builder` is the live builder just created and still ours;
-    // the attribute name is a NUL-terminated static; `status` is live.
-    unsafe { TF_KernelBuilder_TypeConstraint(builder.as_ptr(), c"T".as_ptr(), TF_FLOAT, status.as_ptr()) };
-    if let Err(failure) = status.outcome() {
+    let builder = NonNull::new(builder).ok_or_else(|| failed("TF_NewKernelBuilder returned null".into()))?;
+    let constrain = || -> Result<(), Error> {
+        for &(attr, dtype) in combo {
+            let attr = CString::new(attr).map_err(|_| failed("bad attribute name".into()))?;
+            status.clear();
+            // SAFETY: `builder` is live and still ours; `attr` is
+            // NUL-terminated and copied by TensorFlow; `status` is live.
+            unsafe { TF_KernelBuilder_TypeConstraint(builder.as_ptr(), attr.as_ptr(), tf_dtype(dtype), status.as_ptr()) };
+            status.outcome().map_err(|failure| failed(failure.message))?;
+        }
+        for &arg in def.host_memory {
+            let arg = CString::new(arg).map_err(|_| failed("bad argument name".into()))?;
+            // SAFETY: as above.
+            unsafe { TF_KernelBuilder_HostMemory(builder.as_ptr(), arg.as_ptr()) };
+        }
+        Ok(())
+    };
+    if let Err(error) = constrain() {
         // SAFETY: the builder was never handed to TF_RegisterKernelBuilder,
         // so it is still ours to delete, exactly once.
         unsafe { TF_DeleteKernelBuilder(builder.as_ptr()) };
-        return Err(failed(failure));
+        return Err(error);
     }
     status.clear();
     // SAFETY: as above; TensorFlow takes ownership of `builder` here whatever
     // the outcome (its KernelBuilderFactory deletes it), so it is not touched
     // again.
-    unsafe { TF_RegisterKernelBuilder(registration.kernel_name.as_ptr(), builder.as_ptr(), status.as_ptr()) };
-    status.outcome().map_err(failed)
+    unsafe { TF_RegisterKernelBuilder(kernel_name.as_ptr(), builder.as_ptr(), status.as_ptr()) };
+    status.outcome().map_err(|failure| failed(failure.message))
+}
+
+fn tf_dtype(dtype: DType) -> TF_DataType {
+    match dtype {
+        DType::F32 => TF_FLOAT,
+        DType::F64 => TF_DOUBLE,
+        DType::I32 => TF_INT32,
+        DType::I64 => TF_INT64,
+        DType::U8 => TF_UINT8,
+        DType::U64 => TF_UINT64,
+        DType::Bool => TF_BOOL,
+    }
+}
+
+fn from_tf_dtype(dtype: TF_DataType) -> Option<DType> {
+    Some(match dtype {
+        TF_FLOAT => DType::F32,
+        TF_DOUBLE => DType::F64,
+        TF_INT32 => DType::I32,
+        TF_INT64 => DType::I64,
+        TF_UINT8 => DType::U8,
+        TF_UINT64 => DType::U64,
+        TF_BOOL => DType::Bool,
+        _ => return None,
+    })
 }
 
 // ---------------------------------------------------------------------------
 // Kernel instances
 
-/// What one kernel instance computes: fixed when TensorFlow creates it for a
-/// node, shared read-only by every (possibly concurrent) compute call.
-#[derive(Debug)]
-enum Kernel {
-    Binary(BinaryOp),
-    MatMul(MatMulAttrs),
+/// What TensorFlow holds for one node: the kernel and the op it is for.
+struct Instance {
+    op: &'static str,
+    kernel: Box<dyn Kernel>,
 }
 
-impl Kernel {
-    fn op_name(&self) -> &'static str {
-        match self {
-            Kernel::Binary(op) => op.op_name(),
-            Kernel::MatMul(_) => "MatMul",
-        }
+/// The create callbacks, one per registry entry (see the module docs).
+static CREATE: [TF_KernelCreateFn; 256] = create_table();
+
+const fn create_table() -> [TF_KernelCreateFn; 256] {
+    let mut table: [TF_KernelCreateFn; 256] = [create_nth::<0>; 256];
+    macro_rules! fill {
+        ($($i:literal)*) => { $( fill!(@row $i); )* };
+        (@row $r:literal) => {
+            table[$r * 16] = create_nth::<{ $r * 16 }>;
+            table[$r * 16 + 1] = create_nth::<{ $r * 16 + 1 }>;
+            table[$r * 16 + 2] = create_nth::<{ $r * 16 + 2 }>;
+            table[$r * 16 + 3] = create_nth::<{ $r * 16 + 3 }>;
+            table[$r * 16 + 4] = create_nth::<{ $r * 16 + 4 }>;
+            table[$r * 16 + 5] = create_nth::<{ $r * 16 + 5 }>;
+            table[$r * 16 + 6] = create_nth::<{ $r * 16 + 6 }>;
+            table[$r * 16 + 7] = create_nth::<{ $r * 16 + 7 }>;
+            table[$r * 16 + 8] = create_nth::<{ $r * 16 + 8 }>;
+            table[$r * 16 + 9] = create_nth::<{ $r * 16 + 9 }>;
+            table[$r * 16 + 10] = create_nth::<{ $r * 16 + 10 }>;
+            table[$r * 16 + 11] = create_nth::<{ $r * 16 + 11 }>;
+            table[$r * 16 + 12] = create_nth::<{ $r * 16 + 12 }>;
+            table[$r * 16 + 13] = create_nth::<{ $r * 16 + 13 }>;
+            table[$r * 16 + 14] = create_nth::<{ $r * 16 + 14 }>;
+            table[$r * 16 + 15] = create_nth::<{ $r * 16 + 15 }>;
+        };
     }
-
-    /// The op's input names, as TensorFlow users see them in errors.
-    fn input_names(&self) -> [&'static str; 2] {
-        match self {
-            Kernel::Binary(_) => ["x", "y"],
-            Kernel::MatMul(_) => ["a", "b"],
-        }
-    }
+    fill!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    table
 }
 
-unsafe extern "C" fn create_add_v2(ctx: *mut TF_OpKernelConstruction) -> *mut c_void {
-    create_kernel(ctx, "AddV2", |_| Ok(Kernel::Binary(BinaryOp::Add)))
-}
-
-unsafe extern "C" fn create_mul(ctx: *mut TF_OpKernelConstruction) -> *mut c_void {
-    create_kernel(ctx, "Mul", |_| Ok(Kernel::Binary(BinaryOp::Mul)))
-}
-
-/// Reads `transpose_a`/`transpose_b`. `grad_a`/`grad_b` (present on newer
-/// graphs) only say which gradient the node computes and are not read.
-unsafe extern "C" fn create_matmul(ctx: *mut TF_OpKernelConstruction) -> *mut c_void {
-    create_kernel(ctx, "MatMul", |construction| {
-        Ok(Kernel::MatMul(MatMulAttrs {
-            transpose_a: construction.attr_bool(c"transpose_a")?,
-            transpose_b: construction.attr_bool(c"transpose_b")?,
-        }))
-    })
-}
-
-/// Builds a kernel instance and hands TensorFlow an owning pointer to it,
-/// or reports the failure through `TF_OpKernelConstruction_Failure` and
-/// returns null.
-fn create_kernel(
-    ctx: *mut TF_OpKernelConstruction,
-    op: &str,
-    build: impl FnOnce(&Construction) -> Result<Kernel, KernelError>,
-) -> *mut c_void {
+/// Builds registry entry `I` for a node.
+unsafe extern "C" fn create_nth<const I: usize>(ctx: *mut TF_OpKernelConstruction) -> *mut c_void {
+    let op = definitions().get(I).map_or("kernel", |def| def.op);
     ffi_guard_or(ptr::null_mut(), op, || {
+        let def = definitions().get(I).ok_or_else(|| Error::Internal(format!("no kernel definition {I}")))?;
         let Some(ctx) = NonNull::new(ctx) else {
             return Err(Error::Internal(format!("{op}: kernel created with a null construction context")));
         };
-        let kernel = with_status(
-            |status| build(&Construction { raw: ctx, op, status }),
+        let instance = with_status(
+            |status| {
+                let kernel = (def.build)(&Construction { raw: ctx, op, status })?;
+                Ok(Instance { op: def.op, kernel })
+            },
             // SAFETY: `ctx` is the live construction context of this call;
             // `status` holds the failure.
             |status| unsafe { TF_OpKernelConstruction_Failure(ctx.as_ptr(), status) },
         );
-        Ok(kernel.map_or(ptr::null_mut(), |kernel| Box::into_raw(Box::new(kernel)).cast::<c_void>()))
+        Ok(instance.map_or(ptr::null_mut(), |instance| Box::into_raw(Box::new(instance)).cast::<c_void>()))
     })
 }
 
@@ -186,12 +215,12 @@ unsafe extern "C" fn compute_kernel(kernel: *mut c_void, ctx: *mut TF_OpKernelCo
         with_status(
             |status| {
                 // SAFETY: per this function's contract the pointer came from
-                // `Box::into_raw` in `create_kernel` and TensorFlow deletes it
-                // only after the last compute returns; `Kernel` is immutable
-                // and `Sync`, so concurrent computes may share it.
-                let kernel = unsafe { kernel.cast::<Kernel>().as_ref() }
+                // `Box::into_raw` in `create_nth` and TensorFlow deletes it
+                // only after the last compute returns; `Instance` is
+                // immutable and `Sync`, so concurrent computes may share it.
+                let instance = unsafe { kernel.cast::<Instance>().as_ref() }
                     .ok_or_else(|| Error::Internal("kernel computed without a kernel instance".into()))?;
-                compute(kernel, &Context { raw: ctx, op: kernel.op_name(), status })
+                instance.kernel.compute(&Context { raw: ctx, op: instance.op, status })
             },
             // SAFETY: `ctx` is the live context of this call; `status` holds
             // the failure.
@@ -208,37 +237,12 @@ unsafe extern "C" fn delete_kernel(kernel: *mut c_void) {
     ffi_guard_or((), "kernel delete", || {
         if !kernel.is_null() {
             // SAFETY: per this function's contract the pointer came from
-            // `Box::into_raw(Box<Kernel>)` in `create_kernel` and TensorFlow
+            // `Box::into_raw(Box<Instance>)` in `create_nth` and TensorFlow
             // deletes each instance once, after its last compute.
-            drop(unsafe { Box::from_raw(kernel.cast::<Kernel>()) });
+            drop(unsafe { Box::from_raw(kernel.cast::<Instance>()) });
         }
         Ok(())
     })
-}
-
-/// The safe body of every compute call.
-fn compute(kernel: &Kernel, ctx: &Context) -> Result<(), KernelError> {
-    let [a_name, b_name] = kernel.input_names();
-    let inputs = ctx.num_inputs();
-    if inputs != 2 {
-        return Err(Error::Internal(format!("{}: expected 2 inputs, TensorFlow passed {inputs}", ctx.op)).into());
-    }
-    let a = ctx.input(0, a_name)?;
-    let b = ctx.input(1, b_name)?;
-    let (a_shape, b_shape) = (a.shape()?, b.shape()?);
-    match kernel {
-        Kernel::Binary(op) => {
-            let plan = BinaryPlan::new(*op, &a_shape, &b_shape)?;
-            let mut out = ctx.allocate_output(plan.output_shape())?;
-            plan.run(a.f32_data()?, b.f32_data()?, out.f32_data_mut()?)?;
-        }
-        Kernel::MatMul(attrs) => {
-            let plan = MatMulPlan::new(*attrs, &a_shape, &b_shape)?;
-            let mut out = ctx.allocate_output(&plan.output_shape())?;
-            plan.run(a.f32_data()?, b.f32_data()?, out.f32_data_mut()?)?;
-        }
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -252,16 +256,84 @@ struct Construction<'a> {
 }
 
 impl Construction<'_> {
-    fn attr_bool(&self, name: &CStr) -> Result<bool, KernelError> {
-        let mut value: TF_Bool = 0;
+    /// Runs one attribute getter and names the attribute on failure.
+    fn get(&self, name: &str, call: impl FnOnce(*mut TF_OpKernelConstruction, *const c_char, *mut TF_Status)) -> Result<(), Error> {
+        let c_name = CString::new(name).map_err(|_| Error::Internal(format!("{}: bad attribute name {name:?}", self.op)))?;
         self.status.clear();
-        // SAFETY: `raw` is live for this create call, `name` is
-        // NUL-terminated, `value` is a valid out-pointer, `status` is live.
-        unsafe { TF_OpKernelConstruction_GetAttrBool(self.raw.as_ptr(), name.as_ptr(), &mut value, self.status.as_ptr()) };
+        call(self.raw.as_ptr(), c_name.as_ptr(), self.status.as_ptr());
         self.status
             .outcome()
-            .map_err(|failure| failure.context(format!("{}: cannot read attribute {}", self.op, name.to_string_lossy())))?;
+            .map_err(|failure| failure.context(format!("{}: cannot read attribute {name}", self.op)))
+    }
+
+    /// `(list size, total size)` of an attribute, as TF_OpKernelConstruction_GetAttrSize reports.
+    fn size(&self, name: &str) -> Result<(usize, usize), Error> {
+        let (mut list, mut total) = (0i32, 0i32);
+        // SAFETY: `raw` is live for this create call, the name is
+        // NUL-terminated, the out-pointers are valid, `status` is live.
+        self.get(name, |raw, name, status| unsafe { TF_OpKernelConstruction_GetAttrSize(raw, name, &mut list, &mut total, status) })?;
+        Ok((usize::try_from(list).unwrap_or(0), usize::try_from(total).unwrap_or(0)))
+    }
+}
+
+impl Attrs for Construction<'_> {
+    fn has(&self, name: &str) -> bool {
+        let Ok(c_name) = CString::new(name) else { return false };
+        self.status.clear();
+        // SAFETY: as in `size`.
+        unsafe { TF_OpKernelConstruction_HasAttr(self.raw.as_ptr(), c_name.as_ptr(), self.status.as_ptr()) }
+    }
+
+    fn bool(&self, name: &str) -> Result<bool, Error> {
+        let mut value: TF_Bool = 0;
+        // SAFETY: as in `size`.
+        self.get(name, |raw, name, status| unsafe { TF_OpKernelConstruction_GetAttrBool(raw, name, &mut value, status) })?;
         Ok(value != 0)
+    }
+
+    fn int(&self, name: &str) -> Result<i64, Error> {
+        let mut value = 0i64;
+        // SAFETY: as in `size`.
+        self.get(name, |raw, name, status| unsafe { TF_OpKernelConstruction_GetAttrInt64(raw, name, &mut value, status) })?;
+        Ok(value)
+    }
+
+    fn float(&self, name: &str) -> Result<f32, Error> {
+        let mut value = 0f32;
+        // SAFETY: as in `size`.
+        self.get(name, |raw, name, status| unsafe { TF_OpKernelConstruction_GetAttrFloat(raw, name, &mut value, status) })?;
+        Ok(value)
+    }
+
+    fn ints(&self, name: &str) -> Result<Vec<i64>, Error> {
+        let (len, _) = self.size(name)?;
+        let mut values = vec![0i64; len];
+        let max = c_int::try_from(len).map_err(|_| Error::Internal(format!("{}: attribute {name} is too long", self.op)))?;
+        // SAFETY: as in `size`; `values` has room for `max` values.
+        self.get(name, |raw, name, status| unsafe {
+            TF_OpKernelConstruction_GetAttrInt64List(raw, name, values.as_mut_ptr(), max, status)
+        })?;
+        Ok(values)
+    }
+
+    fn string(&self, name: &str) -> Result<String, Error> {
+        let (_, len) = self.size(name)?;
+        let mut bytes = vec![0u8; len];
+        // SAFETY: as in `size`; `bytes` has room for `len` bytes, the most
+        // TensorFlow writes.
+        self.get(name, |raw, name, status| unsafe {
+            TF_OpKernelConstruction_GetAttrString(raw, name, bytes.as_mut_ptr().cast::<c_char>(), len, status)
+        })?;
+        String::from_utf8(bytes).map_err(|_| Error::InvalidArgument(format!("{}: attribute {name} is not UTF-8", self.op)))
+    }
+
+    fn dtype(&self, name: &str) -> Result<DType, Error> {
+        let mut value: TF_DataType = 0;
+        // SAFETY: as in `size`.
+        self.get(name, |raw, name, status| unsafe { TF_OpKernelConstruction_GetAttrType(raw, name, &mut value, status) })?;
+        from_tf_dtype(value).ok_or_else(|| {
+            Error::InvalidArgument(format!("{}: attribute {name} has a type tfwasm does not support (TF_DataType {value})", self.op))
+        })
     }
 }
 
@@ -272,41 +344,123 @@ struct Context<'a> {
     status: &'a OwnedStatus,
 }
 
+/// Releases a `TF_Tensor` handle when the [`Tensor`] over it is dropped.
+struct TensorHandle(NonNull<TF_Tensor>);
+
+// SAFETY: a TF_Tensor handle is a reference-counted buffer reference that
+// TensorFlow releases from whichever thread drops it.
+unsafe impl Send for TensorHandle {}
+
+impl Drop for TensorHandle {
+    fn drop(&mut self) {
+        // SAFETY: we own this handle and release it exactly once.
+        unsafe { TF_DeleteTensor(self.0.as_ptr()) };
+    }
+}
+
 impl Context<'_> {
-    fn num_inputs(&self) -> c_int {
-        // SAFETY: `raw` is live for this compute call.
-        unsafe { TF_NumInputs(self.raw.as_ptr()) }
+    fn check_output_index(&self, index: usize) -> Result<c_int, Error> {
+        let count = self.num_outputs();
+        if index < count {
+            Ok(index as c_int)
+        } else {
+            Err(Error::Internal(format!("{}: output {index} requested, the node has {count}", self.op)))
+        }
     }
 
-    fn input(&self, index: c_int, name: &'static str) -> Result<Tensor, KernelError> {
+    /// Wraps a handle TensorFlow gave us, checking its dtype, shape and
+    /// byte size.
+    fn wrap(&self, raw: NonNull<TF_Tensor>, what: &str, writable: bool) -> Result<Tensor, Error> {
+        let handle = TensorHandle(raw);
+        let bad = |reason: String| Error::Internal(format!("{}: {what} {reason}", self.op));
+        // SAFETY: `raw` is a live handle we own (in `handle`).
+        let tf_type = unsafe { TF_TensorType(raw.as_ptr()) };
+        let dtype = from_tf_dtype(tf_type).ok_or_else(|| bad(format!("has TF_DataType {tf_type}, which tfwasm does not handle")))?;
+        // SAFETY: as above.
+        let rank = unsafe { TF_NumDims(raw.as_ptr()) };
+        let shape = (0..rank.max(0))
+            .map(|i| {
+                // SAFETY: `raw` is live and 0 <= i < TF_NumDims.
+                let dim = unsafe { TF_Dim(raw.as_ptr(), i) };
+                usize::try_from(dim).map_err(|_| bad(format!("has dimension {dim}")))
+            })
+            .collect::<Result<Vec<usize>, Error>>()?;
+        let len = element_count(&shape).ok_or_else(|| bad(format!("shape {} is too large", ShapeDisplay(&shape))))?;
+        let mut data = None;
+        if len > 0 {
+            // SAFETY: `raw` is live.
+            let (bytes, ptr) = unsafe { (TF_TensorByteSize(raw.as_ptr()), TF_TensorData(raw.as_ptr())) };
+            if len.checked_mul(dtype.size()).is_none_or(|needed| bytes < needed) {
+                return Err(bad(format!("has {bytes} bytes, too few for {len} {dtype} elements")));
+            }
+            let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| bad(format!("has {len} elements but no data")))?;
+            if ptr.as_ptr().align_offset(dtype.size()) != 0 {
+                return Err(bad(format!("data at {ptr:p} is not aligned for {dtype}")));
+            }
+            data = Some(ptr);
+        }
+        let owner: Box<dyn Any + Send> = Box::new(handle);
+        // SAFETY: `data` points to at least `len * dtype.size()` bytes,
+        // aligned (checked above), kept alive by the handle in `owner`.
+        // Inputs are not written while the kernel runs; outputs come fresh
+        // from TF_AllocateOutput (we never ask TensorFlow to forward an
+        // input into them), so no one else reads them. Device memory is an
+        // anonymous mapping, so the bytes are initialised.
+        unsafe { Tensor::from_raw(dtype, shape, data, writable, owner) }
+    }
+}
+
+impl OpContext for Context<'_> {
+    fn num_inputs(&self) -> usize {
+        // SAFETY: `raw` is live for this compute call.
+        usize::try_from(unsafe { TF_NumInputs(self.raw.as_ptr()) }).unwrap_or(0)
+    }
+
+    fn num_outputs(&self) -> usize {
+        // SAFETY: `raw` is live for this compute call.
+        usize::try_from(unsafe { TF_NumOutputs(self.raw.as_ptr()) }).unwrap_or(0)
+    }
+
+    fn input(&self, index: usize) -> Result<Tensor, Error> {
+        let count = self.num_inputs();
+        if index >= count {
+            return Err(Error::Internal(format!("{}: input {index} requested, the node has {count}", self.op)));
+        }
         let mut raw: *mut TF_Tensor = ptr::null_mut();
         self.status.clear();
-        // SAFETY: `raw` is live for this compute call, the out-pointer is
-        // valid, `status` is live. On success TensorFlow gives us a new
-        // handle that `Tensor` releases.
-        unsafe { TF_GetInput(self.raw.as_ptr(), index, &mut raw, self.status.as_ptr()) };
-        self.status
-            .outcome()
-            .map_err(|failure| failure.context(format!("{}: cannot read input {name}", self.op)))?;
+        // SAFETY: `raw` is live for this compute call, the index is in
+        // range, the out-pointer is valid, `status` is live. On success
+        // TensorFlow gives us a new handle, owned by the returned Tensor.
+        unsafe { TF_GetInput(self.raw.as_ptr(), index as c_int, &mut raw, self.status.as_ptr()) };
+        self.status.outcome().map_err(|failure| failure.context(format!("{}: cannot read input {index}", self.op)))?;
         let raw = NonNull::new(raw)
-            .ok_or_else(|| Error::Internal(format!("{}: TensorFlow returned no tensor for input {name}", self.op)))?;
-        let tensor = Tensor { raw, op: self.op, name };
-        tensor.check_float()?;
-        Ok(tensor)
+            .ok_or_else(|| Error::Internal(format!("{}: TensorFlow returned no tensor for input {index}", self.op)))?;
+        self.wrap(raw, &format!("input {index}"), false)
     }
 
-    /// Allocates output 0 (each op here has one output) with `shape`.
-    fn allocate_output(&self, shape: &[usize]) -> Result<Tensor, KernelError> {
+    fn output_dtype(&self, index: usize) -> Result<DType, Error> {
+        let index = self.check_output_index(index)?;
+        // SAFETY: `raw` is live and the index is in range (checked: TF aborts otherwise).
+        let tf_type = unsafe { TF_ExpectedOutputDataType(self.raw.as_ptr(), index) };
+        from_tf_dtype(tf_type)
+            .ok_or_else(|| Error::Internal(format!("{}: output {index} has TF_DataType {tf_type}, which tfwasm does not handle", self.op)))
+    }
+
+    fn allocate_output(&self, index: usize, shape: &[usize]) -> Result<Tensor, Error> {
+        let dtype = self.output_dtype(index)?;
+        let c_index = self.check_output_index(index)?;
         let too_large = || Error::InvalidArgument(format!("{}: output shape {} is too large", self.op, ShapeDisplay(shape)));
         let dims = shape.iter().map(|&d| i64::try_from(d)).collect::<Result<Vec<i64>, _>>().map_err(|_| too_large())?;
-        let bytes = element_count(shape).and_then(|n| n.checked_mul(size_of::<f32>())).ok_or_else(too_large)?;
+        let bytes = element_count(shape).and_then(|n| n.checked_mul(dtype.size())).ok_or_else(too_large)?;
         let rank = c_int::try_from(dims.len()).map_err(|_| too_large())?;
         self.status.clear();
         // SAFETY: `raw` is live for this compute call; `dims` holds `rank`
         // non-negative dimensions whose product fits (checked above, so
         // TensorFlow's TensorShape accepts them); `status` is live. On
         // success we own the returned handle.
-        let raw = unsafe { TF_AllocateOutput(self.raw.as_ptr(), 0, TF_FLOAT, dims.as_ptr(), rank, bytes, self.status.as_ptr()) };
+        let raw = unsafe {
+            TF_AllocateOutput(self.raw.as_ptr(), c_index, tf_dtype(dtype), dims.as_ptr(), rank, bytes, self.status.as_ptr())
+        };
         self.status.outcome().map_err(|failure| {
             let what = format!("{}: cannot allocate the output {}", self.op, ShapeDisplay(shape));
             match super::stream_executor::take_allocation_failure() {
@@ -314,107 +468,33 @@ impl Context<'_> {
                 // a guest fault becomes its own error, naming the guest.
                 None => failure.context(what),
                 Some(oom @ Error::OutOfMemory { .. }) => failure.context(format!("{what} ({oom})")),
-                Some(ours) => {
-                    KernelError::Tf(TfFailure { code: ours.tf_code(), message: format!("tfwasm: {what}: {ours}") })
-                }
+                Some(ours) => Error::Tensorflow { code: ours.tf_code(), message: format!("tfwasm: {what}: {ours}") },
             }
         })?;
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::Internal(format!("{}: TensorFlow returned no output tensor", self.op)))?;
-        let tensor = Tensor { raw, op: self.op, name: "the output" };
-        tensor.check_float()?;
-        Ok(tensor)
-    }
-}
-
-/// A `TF_Tensor` handle we own (an input from `TF_GetInput` or an output
-/// from `TF_AllocateOutput`), released on drop. Its data stays valid while
-/// the handle lives: the handle holds a reference on the buffer.
-struct Tensor {
-    raw: NonNull<TF_Tensor>,
-    op: &'static str,
-    name: &'static str,
-}
-
-impl Tensor {
-    fn check_float(&self) -> Result<(), Error> {
-        // SAFETY: `raw` is a live handle we own.
-        let dtype = unsafe { TF_TensorType(self.raw.as_ptr()) };
-        if dtype == TF_FLOAT {
-            Ok(())
-        } else {
-            // The kernel is registered for T=float only, so this is TF's bug or ours.
-            Err(Error::Internal(format!("{}: {} has dtype {dtype}, the kernel handles float32 only", self.op, self.name)))
-        }
+        self.wrap(raw, &format!("output {index}"), true)
     }
 
-    fn shape(&self) -> Result<Vec<usize>, Error> {
-        let bad = || Error::Internal(format!("{}: {} has an invalid shape", self.op, self.name));
-        // SAFETY: `raw` is a live handle we own.
-        let rank = unsafe { TF_NumDims(self.raw.as_ptr()) };
-        (0..rank.max(0))
-            .map(|i| {
-                // SAFETY: `raw` is live and 0 <= i < TF_NumDims.
-                let dim = unsafe { TF_Dim(self.raw.as_ptr(), i) };
-                usize::try_from(dim).map_err(|_| bad())
-            })
-            .collect::<Result<Vec<usize>, Error>>()
-            .and_then(|shape| if rank < 0 { Err(bad()) } else { Ok(shape) })
-    }
-
-    /// Element count and data pointer, checked against the buffer size.
-    /// The pointer is `None` for a tensor without elements (TensorFlow may
-    /// give no buffer at all then).
-    fn checked_data(&self) -> Result<(usize, Option<NonNull<f32>>), Error> {
-        let shape = self.shape()?;
-        let describe = || format!("{}: {} (shape {})", self.op, self.name, ShapeDisplay(&shape));
-        let len = element_count(&shape).ok_or_else(|| Error::Internal(format!("{} has too many elements", describe())))?;
-        if len == 0 {
-            return Ok((0, None));
-        }
-        // SAFETY: `raw` is a live handle we own.
-        let (bytes, data) = unsafe { (TF_TensorByteSize(self.raw.as_ptr()), TF_TensorData(self.raw.as_ptr())) };
-        if len.checked_mul(size_of::<f32>()).is_none_or(|needed| bytes < needed) {
-            return Err(Error::Internal(format!("{} has {bytes} bytes of data, too few for {len} floats", describe())));
-        }
-        let data = NonNull::new(data.cast::<f32>())
-            .ok_or_else(|| Error::Internal(format!("{} has {len} elements but no data", describe())))?;
-        if !data.as_ptr().is_aligned() {
-            return Err(Error::Internal(format!("{} data at {data:p} is not aligned for f32", describe())));
-        }
-        Ok((len, Some(data)))
-    }
-
-    fn f32_data(&self) -> Result<&[f32], Error> {
-        match self.checked_data()? {
-            (_, None) => Ok(&[]),
-            // SAFETY: `data` is non-null, aligned and points to at least
-            // `len` f32s (checked against TF_TensorByteSize); the buffer is
-            // host-addressable device memory kept alive by this handle, which
-            // the slice borrows. TensorFlow does not write a kernel's input
-            // while the kernel runs.
-            (len, Some(data)) => Ok(unsafe { std::slice::from_raw_parts(data.as_ptr(), len) }),
-        }
-    }
-
-    fn f32_data_mut(&mut self) -> Result<&mut [f32], Error> {
-        match self.checked_data()? {
-            (_, None) => Ok(&mut []),
-            // SAFETY: as in `f32_data`. The buffer is a fresh allocation from
-            // TF_AllocateOutput (never forwarded from an input), so nothing
-            // else reads or writes it until this kernel returns; the `&mut`
-            // borrow of the handle makes the slice unique on our side. Its
-            // bytes are initialised: device memory is an anonymous mapping,
-            // zero-filled or holding earlier tensors.
-            (len, Some(data)) => Ok(unsafe { std::slice::from_raw_parts_mut(data.as_ptr(), len) }),
-        }
-    }
-}
-
-impl Drop for Tensor {
-    fn drop(&mut self) {
-        // SAFETY: we own this handle and release it exactly once.
-        unsafe { TF_DeleteTensor(self.raw.as_ptr()) };
+    fn forward_input(&self, input: usize, output: usize) -> Result<(), Error> {
+        let c_output = self.check_output_index(output)?;
+        let tensor = self.input(input)?;
+        drop(tensor);
+        let mut raw: *mut TF_Tensor = ptr::null_mut();
+        self.status.clear();
+        // SAFETY: as in `input` (the index was just checked).
+        unsafe { TF_GetInput(self.raw.as_ptr(), input as c_int, &mut raw, self.status.as_ptr()) };
+        self.status.outcome().map_err(|failure| failure.context(format!("{}: cannot read input {input}", self.op)))?;
+        let handle = TensorHandle(
+            NonNull::new(raw).ok_or_else(|| Error::Internal(format!("{}: TensorFlow returned no tensor for input {input}", self.op)))?,
+        );
+        self.status.clear();
+        // SAFETY: `raw` is live, the output index is in range, the handle is
+        // live (TensorFlow copies the tensor reference), `status` is live.
+        unsafe { TF_SetOutput(self.raw.as_ptr(), c_output, handle.0.as_ptr(), self.status.as_ptr()) };
+        self.status
+            .outcome()
+            .map_err(|failure| failure.context(format!("{}: cannot forward input {input} to output {output}", self.op)))
     }
 }
 
@@ -480,28 +560,14 @@ struct TfFailure {
 
 impl TfFailure {
     /// Prefixes what we were doing, keeping TensorFlow's code and message.
-    fn context(self, what: String) -> KernelError {
-        KernelError::Tf(TfFailure { code: self.code, message: format!("tfwasm: {what}: {}", self.message) })
-    }
-}
-
-/// Why a kernel callback failed: an error of ours, or one TensorFlow
-/// reported (kept with TensorFlow's code).
-#[derive(Debug)]
-enum KernelError {
-    Host(Error),
-    Tf(TfFailure),
-}
-
-impl From<Error> for KernelError {
-    fn from(error: Error) -> Self {
-        KernelError::Host(error)
+    fn context(self, what: String) -> Error {
+        Error::Tensorflow { code: self.code, message: format!("tfwasm: {what}: {}", self.message) }
     }
 }
 
 /// Runs `body` with a fresh status. On failure — our error, TensorFlow's, or
 /// a panic — the status describes it and `report` passes it to TensorFlow.
-fn with_status<T>(body: impl FnOnce(&OwnedStatus) -> Result<T, KernelError>, report: impl FnOnce(*mut TF_Status)) -> Option<T> {
+fn with_status<T>(body: impl FnOnce(&OwnedStatus) -> Result<T, Error>, report: impl FnOnce(*mut TF_Status)) -> Option<T> {
     let status = match OwnedStatus::new() {
         Ok(status) => status,
         Err(error) => {
@@ -509,25 +575,11 @@ fn with_status<T>(body: impl FnOnce(&OwnedStatus) -> Result<T, KernelError>, rep
             return None;
         }
     };
-    // ffi_guard writes our errors (and panics) into the status; a failure
-    // TensorFlow reported is passed through as a value so that its code
-    // survives, and written below.
-    let outcome = ffi_guard(status.as_ptr(), || match body(&status) {
-        Ok(value) => Ok(Ok(value)),
-        Err(KernelError::Host(error)) => Err(error),
-        Err(KernelError::Tf(failure)) => Ok(Err(failure)),
-    });
-    match outcome {
-        Some(Ok(value)) => Some(value),
-        Some(Err(failure)) => {
-            tracing::debug!("{}", failure.message);
-            status.set(failure.code, &failure.message);
-            report(status.as_ptr());
-            None
-        }
-        None => {
-            report(status.as_ptr());
-            None
-        }
+    // ffi_guard writes the error (ours, TensorFlow's with its own code, or
+    // a panic) into the status.
+    let outcome = ffi_guard(status.as_ptr(), || body(&status));
+    if outcome.is_none() {
+        report(status.as_ptr());
     }
+    outcome
 }

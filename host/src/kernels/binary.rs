@@ -15,7 +15,28 @@ use rayon::prelude::*;
 
 use super::pool;
 use super::shape::{element_count, Broadcast, ShapeDisplay};
+use super::{expect_inputs, types, Kernel, KernelDef, OpContext};
 use crate::error::Error;
+
+pub const KERNELS: &[KernelDef] = &[
+    KernelDef::new("AddV2", types::T_F32, |_| Ok(Box::new(BinaryKernel(BinaryOp::Add)))),
+    KernelDef::new("Mul", types::T_F32, |_| Ok(Box::new(BinaryKernel(BinaryOp::Mul)))),
+];
+
+/// The kernel of one elementwise binary op.
+#[derive(Debug)]
+pub struct BinaryKernel(pub BinaryOp);
+
+impl Kernel for BinaryKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        let op = self.0.op_name();
+        expect_inputs(op, ctx, 2)?;
+        let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+        let plan = BinaryPlan::new(self.0, a.shape(), b.shape())?;
+        let mut out = ctx.allocate_output(0, plan.output_shape())?;
+        plan.run(a.data()?, b.data()?, out.data_mut()?)
+    }
+}
 
 /// Below this many output elements the op runs on the calling thread
 /// (32K floats: ~10 µs of single-core work, well above a pool hand-off).

@@ -11,7 +11,26 @@
 
 use super::pool;
 use super::shape::{element_count, ShapeDisplay};
+use super::{expect_inputs, types, Attrs, Kernel, KernelDef, OpContext};
 use crate::error::Error;
+
+pub const KERNELS: &[KernelDef] = &[KernelDef::new("MatMul", types::T_F32, build_matmul)];
+
+/// Reads `transpose_a`/`transpose_b`. `grad_a`/`grad_b` (present on newer
+/// graphs) only say which gradient the node computes and are not read.
+fn build_matmul(attrs: &dyn Attrs) -> Result<Box<dyn Kernel>, Error> {
+    Ok(Box::new(MatMulAttrs { transpose_a: attrs.bool("transpose_a")?, transpose_b: attrs.bool("transpose_b")? }))
+}
+
+impl Kernel for MatMulAttrs {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        expect_inputs("MatMul", ctx, 2)?;
+        let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+        let plan = MatMulPlan::new(*self, a.shape(), b.shape())?;
+        let mut out = ctx.allocate_output(0, &plan.output_shape())?;
+        plan.run(a.data()?, b.data()?, out.data_mut()?)
+    }
+}
 
 /// `m·n·k` from which a product is split across the pool. This is gemm's own
 /// default threading threshold (48·48·256): below it gemm would use one

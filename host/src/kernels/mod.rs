@@ -2,29 +2,175 @@
 //! with TensorFlow (`abi/kernels.rs`). No guest is involved here — the guest
 //! decides where tensors live, the host does the math on them.
 //!
-//! Everything in this module is safe Rust on slices and shapes and knows
-//! nothing of TensorFlow's types; `abi/kernels.rs` turns `TF_Tensor`s into
-//! slices, asks a plan for the output shape, allocates, and runs the plan.
+//! Everything in this module is safe Rust on [`Tensor`]s and knows nothing
+//! of TensorFlow's C types. A kernel is a [`Kernel`] built once per graph
+//! node from its [`Attrs`] and run for every execution with an
+//! [`OpContext`] that hands out inputs and allocates outputs; `abi/kernels.rs`
+//! implements both over TensorFlow's handles and [`LocalContext`] over plain
+//! vectors, for tests.
 //!
-//! - [`shape`]: NumPy/TensorFlow broadcasting of two shapes, collapsed into
-//!   the fewest dimensions, and the strided walk over the output.
-//! - [`binary`]: [`BinaryPlan`] for elementwise `AddV2` and `Mul`, with fast
-//!   paths for same-shape and single-element operands.
-//! - [`matmul`]: [`MatMulPlan`] for `MatMul` (with transposes) on `gemm`.
-//! - [`pool`]: the rayon pool the kernels compute on, and why it has the
-//!   size it has.
+//! [`registry()`] lists every [`KernelDef`]: which op, for which element
+//! types, which arguments live in host memory, and how to build the kernel.
+//! Each family module contributes a `KERNELS` table:
 //!
-//! A plan is built from shapes alone and fails with
-//! [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) naming the
-//! op and the shapes; running it checks the buffer lengths against those
-//! shapes, so a wrong length is an error, never an out-of-bounds access.
-//! Small ops run on the calling (TensorFlow) thread; large ones on the pool.
+//! - [`shape`]: broadcasting, collapsed into the fewest dimensions.
+//! - [`binary`]: elementwise binary ops with broadcasting.
+//! - [`unary`]: elementwise unary ops and the activation gradients.
+//! - [`reduce`]: Sum, Mean, Max, … over axes; ArgMax/ArgMin.
+//! - [`matmul`]: MatMul, BatchMatMulV2 and BiasAdd(Grad) on `gemm`.
+//! - [`nn`]: softmax and the cross-entropy losses.
+//! - [`conv`]: Conv2D and its backprops, pooling and its gradients.
+//! - [`batchnorm`]: FusedBatchNormV3 and its gradient.
+//! - [`movement`]: transpose, concat, slice, tile, pad, gather, …
+//! - [`random`]: the stateless random ops Keras initializers and dropout use.
+//! - [`pool`]: the rayon pool the kernels compute on.
+//!
+//! A kernel checks every shape it is given and fails with
+//! [`Error::InvalidArgument`] naming the op; slices are bounds-checked, so a
+//! wrong length is an error, never an out-of-bounds access. Small ops run on
+//! the calling (TensorFlow) thread; large ones on the pool.
 
+pub mod batchnorm;
 pub mod binary;
+pub mod conv;
 pub mod matmul;
+pub mod movement;
+pub mod nn;
 pub mod pool;
+pub mod random;
+pub mod reduce;
 pub mod shape;
+pub mod tensor;
+pub mod unary;
 
 pub use binary::{BinaryOp, BinaryPlan};
 pub use matmul::{MatMulAttrs, MatMulPlan};
 pub use shape::{Broadcast, ShapeDisplay, ShapeError};
+pub use tensor::{Attrs, DType, Element, LocalContext, OpContext, Tensor, TfBool};
+
+use crate::error::Error;
+
+/// A kernel instance for one graph node. Built once, then computed (maybe
+/// from several threads at once) for every execution.
+pub trait Kernel: Send + Sync {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error>;
+}
+
+/// Builds a kernel for a node from its attributes.
+pub type BuildFn = fn(&dyn Attrs) -> Result<Box<dyn Kernel>, Error>;
+
+/// One op tfwasm implements, as registered with TensorFlow.
+#[derive(Clone, Copy)]
+pub struct KernelDef {
+    /// The TensorFlow op name.
+    pub op: &'static str,
+    /// Type constraints: for each type attribute, the types we implement.
+    /// One TensorFlow registration is made per combination.
+    pub types: &'static [(&'static str, &'static [DType])],
+    /// Input/output argument names TensorFlow keeps in host memory (shapes,
+    /// axes, sizes a kernel reads before it can allocate).
+    pub host_memory: &'static [&'static str],
+    pub build: BuildFn,
+}
+
+impl KernelDef {
+    pub const fn new(op: &'static str, types: &'static [(&'static str, &'static [DType])], build: BuildFn) -> Self {
+        KernelDef { op, types, host_memory: &[], build }
+    }
+
+    pub const fn host_memory(self, host_memory: &'static [&'static str]) -> Self {
+        KernelDef { host_memory, ..self }
+    }
+
+    /// Every combination of the type constraints (one per registration).
+    pub fn type_combinations(&self) -> Vec<Vec<(&'static str, DType)>> {
+        let mut combos = vec![Vec::new()];
+        for &(attr, dtypes) in self.types {
+            combos = combos
+                .into_iter()
+                .flat_map(|combo| {
+                    dtypes.iter().map(move |&dtype| {
+                        let mut next = combo.clone();
+                        next.push((attr, dtype));
+                        next
+                    })
+                })
+                .collect();
+        }
+        combos
+    }
+}
+
+impl std::fmt::Debug for KernelDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelDef").field("op", &self.op).field("types", &self.types).finish()
+    }
+}
+
+/// A kernel that needs no attributes: a plain function of the context.
+pub struct FnKernel(pub fn(&dyn OpContext) -> Result<(), Error>);
+
+impl Kernel for FnKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        (self.0)(ctx)
+    }
+}
+
+/// Common type-constraint lists.
+pub mod types {
+    use super::DType;
+    pub const F32: &[DType] = &[DType::F32];
+    pub const INDEX: &[DType] = &[DType::I32, DType::I64];
+    pub const T_F32: &[(&str, &[DType])] = &[("T", F32)];
+}
+
+/// Every kernel tfwasm registers, in registration order.
+pub fn registry() -> Vec<KernelDef> {
+    [
+        binary::KERNELS,
+        unary::KERNELS,
+        reduce::KERNELS,
+        matmul::KERNELS,
+        nn::KERNELS,
+        conv::KERNELS,
+        batchnorm::KERNELS,
+        movement::KERNELS,
+        random::KERNELS,
+    ]
+    .concat()
+}
+
+/// Checks the number of inputs TensorFlow passed.
+pub fn expect_inputs(op: &str, ctx: &dyn OpContext, count: usize) -> Result<(), Error> {
+    let inputs = ctx.num_inputs();
+    if inputs == count {
+        Ok(())
+    } else {
+        Err(Error::Internal(format!("{op}: expected {count} inputs, TensorFlow passed {inputs}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_has_no_duplicate_registrations() {
+        let mut seen = std::collections::HashSet::new();
+        for def in registry() {
+            for combo in def.type_combinations() {
+                assert!(seen.insert((def.op, combo.clone())), "{} registered twice for {combo:?}", def.op);
+            }
+        }
+    }
+
+    #[test]
+    fn type_combinations_are_the_cartesian_product() {
+        const TYPES: &[(&str, &[DType])] = &[("T", &[DType::F32]), ("Tidx", &[DType::I32, DType::I64])];
+        let def = KernelDef::new("Sum", TYPES, |_| Err(Error::Internal("unused".into())));
+        assert_eq!(
+            def.type_combinations(),
+            vec![vec![("T", DType::F32), ("Tidx", DType::I32)], vec![("T", DType::F32), ("Tidx", DType::I64)]]
+        );
+    }
+}

@@ -46,10 +46,12 @@ pub type TF_DataType = c_int;
 pub const TF_FLOAT: TF_DataType = 1;
 pub const TF_DOUBLE: TF_DataType = 2;
 pub const TF_INT32: TF_DataType = 3;
+pub const TF_UINT8: TF_DataType = 4;
 pub const TF_INT64: TF_DataType = 9;
 pub const TF_BOOL: TF_DataType = 10;
 pub const TF_BFLOAT16: TF_DataType = 14;
 pub const TF_HALF: TF_DataType = 19;
+pub const TF_UINT64: TF_DataType = 23;
 
 /// Called by TensorFlow to build a kernel instance for one node; the returned
 /// pointer is passed back to the compute and delete callbacks.
@@ -97,6 +99,52 @@ extern "C" {
         status: *mut TF_Status,
     );
 
+    pub fn TF_OpKernelConstruction_GetAttrSize(
+        ctx: *mut TF_OpKernelConstruction,
+        attr_name: *const c_char,
+        list_size: *mut i32,
+        total_size: *mut i32,
+        status: *mut TF_Status,
+    );
+
+    pub fn TF_OpKernelConstruction_GetAttrType(
+        ctx: *mut TF_OpKernelConstruction,
+        attr_name: *const c_char,
+        val: *mut TF_DataType,
+        status: *mut TF_Status,
+    );
+
+    pub fn TF_OpKernelConstruction_GetAttrInt64(
+        ctx: *mut TF_OpKernelConstruction,
+        attr_name: *const c_char,
+        val: *mut i64,
+        status: *mut TF_Status,
+    );
+
+    pub fn TF_OpKernelConstruction_GetAttrFloat(
+        ctx: *mut TF_OpKernelConstruction,
+        attr_name: *const c_char,
+        val: *mut f32,
+        status: *mut TF_Status,
+    );
+
+    /// Writes at most `max_length` bytes, without a terminating NUL.
+    pub fn TF_OpKernelConstruction_GetAttrString(
+        ctx: *mut TF_OpKernelConstruction,
+        attr_name: *const c_char,
+        val: *mut c_char,
+        max_length: usize,
+        status: *mut TF_Status,
+    );
+
+    pub fn TF_OpKernelConstruction_GetAttrInt64List(
+        ctx: *mut TF_OpKernelConstruction,
+        attr_name: *const c_char,
+        vals: *mut i64,
+        max_vals: c_int,
+        status: *mut TF_Status,
+    );
+
     pub fn TF_OpKernelConstruction_HasAttr(
         ctx: *mut TF_OpKernelConstruction,
         attr_name: *const c_char,
@@ -129,6 +177,9 @@ extern "C" {
     ) -> *mut TF_Tensor;
 
     pub fn TF_OpKernelContext_Failure(ctx: *mut TF_OpKernelContext, status: *mut TF_Status);
+
+    /// Aborts the process unless `0 <= i < TF_NumOutputs(ctx)`.
+    pub fn TF_ExpectedOutputDataType(ctx: *mut TF_OpKernelContext, i: c_int) -> TF_DataType;
 
     pub fn TF_GetDeviceId(ctx: *mut TF_OpKernelContext) -> c_int;
 

@@ -1,0 +1,430 @@
+//! The kernel-facing view of TensorFlow: element types, tensors, the
+//! per-call [`OpContext`] and the per-node [`Attrs`].
+//!
+//! Kernels are written against these types only. `abi/kernels.rs` implements
+//! [`OpContext`] and [`Attrs`] over TensorFlow's C handles; [`LocalContext`]
+//! implements them over plain vectors, so every kernel is unit-tested
+//! without TensorFlow.
+
+use std::any::Any;
+use std::cell::{RefCell, UnsafeCell};
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use super::shape::{element_count, ShapeDisplay};
+use crate::error::Error;
+
+/// The element types tfwasm kernels handle, named as TensorFlow does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F64,
+    I32,
+    I64,
+    U8,
+    U64,
+    Bool,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub const fn size(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::U8 | DType::Bool => 1,
+        }
+    }
+
+    /// TensorFlow's Python name for the type, as users see it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::U8 => "uint8",
+            DType::U64 => "uint64",
+            DType::Bool => "bool",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// TensorFlow's `bool` element: one byte, 0 or 1. A newtype over `u8` so a
+/// byte that is neither (never written by TensorFlow, but memory is memory)
+/// is still a valid value; it reads as `true`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct TfBool(pub u8);
+
+impl TfBool {
+    pub const fn get(self) -> bool {
+        self.0 != 0
+    }
+}
+
+impl From<bool> for TfBool {
+    fn from(value: bool) -> Self {
+        TfBool(value as u8)
+    }
+}
+
+/// A Rust type that is the in-memory representation of one [`DType`].
+///
+/// # Safety
+/// Every bit pattern of `Self`'s size must be a valid `Self`, and
+/// `size_of::<Self>() == DTYPE.size()`: tensor bytes are reinterpreted as
+/// `Self` without checks.
+pub unsafe trait Element: Copy + Default + Send + Sync + fmt::Debug + 'static {
+    const DTYPE: DType;
+}
+
+// SAFETY: plain numbers (every bit pattern valid) of the sizes `DType::size` gives.
+unsafe impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+}
+// SAFETY: as above.
+unsafe impl Element for f64 {
+    const DTYPE: DType = DType::F64;
+}
+// SAFETY: as above.
+unsafe impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+}
+// SAFETY: as above.
+unsafe impl Element for i64 {
+    const DTYPE: DType = DType::I64;
+}
+// SAFETY: as above.
+unsafe impl Element for u8 {
+    const DTYPE: DType = DType::U8;
+}
+// SAFETY: as above.
+unsafe impl Element for u64 {
+    const DTYPE: DType = DType::U64;
+}
+// SAFETY: `TfBool` is `repr(transparent)` over `u8`.
+unsafe impl Element for TfBool {
+    const DTYPE: DType = DType::Bool;
+}
+
+/// One tensor a kernel reads or writes: its type, shape and (borrowed)
+/// bytes. Backed by a TensorFlow handle (released on drop) or, in tests, by
+/// a vector.
+pub struct Tensor {
+    dtype: DType,
+    shape: Vec<usize>,
+    len: usize,
+    /// Start of `len * dtype.size()` bytes; `None` when `len == 0`.
+    data: Option<NonNull<u8>>,
+    writable: bool,
+    /// Keeps the bytes alive: a TensorFlow handle or a local vector.
+    _owner: Box<dyn Any + Send>,
+}
+
+// SAFETY: a `Tensor` owns (a reference on) its buffer through `_owner`,
+// which is `Send`; the raw pointer is only turned into slices borrowing the
+// `Tensor`, with `&mut` access only through `&mut Tensor`.
+unsafe impl Send for Tensor {}
+// SAFETY: shared access only hands out `&[T]`.
+unsafe impl Sync for Tensor {}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor({} {})", self.dtype, ShapeDisplay(&self.shape))
+    }
+}
+
+impl Tensor {
+    /// Wraps memory owned by `owner`.
+    ///
+    /// # Safety
+    /// If `len > 0`, `data` points to `len * dtype.size()` initialised bytes,
+    /// aligned for `dtype`, that stay valid while `owner` lives and that no
+    /// one else writes while the tensor lives. If `writable`, no one else
+    /// reads them either (it is a fresh output).
+    pub unsafe fn from_raw(
+        dtype: DType,
+        shape: Vec<usize>,
+        data: Option<NonNull<u8>>,
+        writable: bool,
+        owner: Box<dyn Any + Send>,
+    ) -> Result<Self, Error> {
+        let len = element_count(&shape)
+            .ok_or_else(|| Error::Internal(format!("tensor shape {} is too large", ShapeDisplay(&shape))))?;
+        let data = if len == 0 { None } else { data };
+        if len > 0 && data.is_none() {
+            return Err(Error::Internal(format!("a {dtype} tensor of shape {} has no data", ShapeDisplay(&shape))));
+        }
+        Ok(Tensor { dtype, shape, len, data, writable, _owner: owner })
+    }
+
+    /// A tensor over a vector (tests, scratch space).
+    pub fn from_vec<T: Element>(shape: &[usize], values: Vec<T>) -> Result<Self, Error> {
+        if element_count(shape) != Some(values.len()) {
+            return Err(Error::Internal(format!(
+                "{} values for shape {}",
+                values.len(),
+                ShapeDisplay(shape)
+            )));
+        }
+        let mut values = values.into_boxed_slice();
+        let data = NonNull::new(values.as_mut_ptr().cast::<u8>());
+        // SAFETY: the boxed slice holds `len` initialised `T`s, aligned, and
+        // moves into `_owner` without moving its heap buffer.
+        unsafe { Tensor::from_raw(T::DTYPE, shape.to_vec(), data, true, Box::new(values)) }
+    }
+
+    /// A zero-filled tensor.
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Result<Self, Error> {
+        let len = element_count(shape)
+            .ok_or_else(|| Error::Internal(format!("tensor shape {} is too large", ShapeDisplay(shape))))?;
+        match dtype {
+            DType::F32 => Tensor::from_vec(shape, vec![0f32; len]),
+            DType::F64 => Tensor::from_vec(shape, vec![0f64; len]),
+            DType::I32 => Tensor::from_vec(shape, vec![0i32; len]),
+            DType::I64 => Tensor::from_vec(shape, vec![0i64; len]),
+            DType::U8 => Tensor::from_vec(shape, vec![0u8; len]),
+            DType::U64 => Tensor::from_vec(shape, vec![0u64; len]),
+            DType::Bool => Tensor::from_vec(shape, vec![TfBool(0); len]),
+        }
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check_dtype<T: Element>(&self) -> Result<(), Error> {
+        if self.dtype == T::DTYPE {
+            Ok(())
+        } else {
+            Err(Error::Internal(format!("a {} tensor read as {}", self.dtype, T::DTYPE)))
+        }
+    }
+
+    /// The elements, row-major.
+    pub fn data<T: Element>(&self) -> Result<&[T], Error> {
+        self.check_dtype::<T>()?;
+        Ok(match self.data {
+            None => &[],
+            // SAFETY: per `from_raw`'s contract `data` holds `len` valid,
+            // aligned `T`s (the dtype matches), alive as long as `self`.
+            Some(data) => unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<T>(), self.len) },
+        })
+    }
+
+    /// The elements of a fresh output, for writing.
+    pub fn data_mut<T: Element>(&mut self) -> Result<&mut [T], Error> {
+        self.check_dtype::<T>()?;
+        if !self.writable {
+            return Err(Error::Internal("a kernel tried to write one of its inputs".into()));
+        }
+        Ok(match self.data {
+            None => &mut [],
+            // SAFETY: as in `data`; a writable tensor's bytes are ours alone
+            // (`from_raw`'s contract) and `&mut self` makes the slice unique.
+            Some(data) => unsafe { std::slice::from_raw_parts_mut(data.as_ptr().cast::<T>(), self.len) },
+        })
+    }
+
+    /// The single element of a scalar (or one-element) tensor.
+    pub fn scalar<T: Element>(&self) -> Result<T, Error> {
+        match self.data::<T>()? {
+            [value] => Ok(*value),
+            _ => Err(Error::InvalidArgument(format!("expected a scalar, got shape {}", ShapeDisplay(&self.shape)))),
+        }
+    }
+
+    /// An int32 or int64 tensor (shapes, axes, indices) as `i64`s.
+    pub fn to_i64s(&self) -> Result<Vec<i64>, Error> {
+        match self.dtype {
+            DType::I32 => Ok(self.data::<i32>()?.iter().map(|&v| i64::from(v)).collect()),
+            DType::I64 => Ok(self.data::<i64>()?.to_vec()),
+            other => Err(Error::InvalidArgument(format!("expected an int32 or int64 tensor, got {other}"))),
+        }
+    }
+
+    /// A copy of the elements (tests).
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>, Error> {
+        self.data::<T>().map(<[T]>::to_vec)
+    }
+}
+
+/// One execution of a kernel: its inputs, and its outputs to produce.
+/// Indexes are TensorFlow's flat input/output positions.
+pub trait OpContext {
+    fn num_inputs(&self) -> usize;
+
+    fn num_outputs(&self) -> usize;
+
+    fn input(&self, index: usize) -> Result<Tensor, Error>;
+
+    /// The dtype TensorFlow expects for output `index`.
+    fn output_dtype(&self, index: usize) -> Result<DType, Error>;
+
+    /// Allocates output `index` on the device with the expected dtype.
+    fn allocate_output(&self, index: usize, shape: &[usize]) -> Result<Tensor, Error>;
+
+    /// Makes output `index` share an input's buffer (same bytes, same
+    /// shape), e.g. for ops that only rename a tensor.
+    fn forward_input(&self, input: usize, output: usize) -> Result<(), Error>;
+}
+
+/// The attributes of the node a kernel is built for.
+pub trait Attrs {
+    fn has(&self, name: &str) -> bool;
+    fn bool(&self, name: &str) -> Result<bool, Error>;
+    fn int(&self, name: &str) -> Result<i64, Error>;
+    fn float(&self, name: &str) -> Result<f32, Error>;
+    fn ints(&self, name: &str) -> Result<Vec<i64>, Error>;
+    fn string(&self, name: &str) -> Result<String, Error>;
+    /// A type attribute; an error for types tfwasm has no [`DType`] for.
+    fn dtype(&self, name: &str) -> Result<DType, Error>;
+}
+
+/// An [`OpContext`] over vectors, for tests and tools without TensorFlow.
+/// Allocated outputs are filled with a marker (NaN for floats) so a kernel
+/// that leaves an element unwritten fails its test.
+pub struct LocalContext {
+    inputs: Vec<Tensor>,
+    output_dtypes: Vec<DType>,
+    outputs: RefCell<Vec<Option<LocalOutput>>>,
+}
+
+/// An output a kernel allocated or forwarded, kept to be read back.
+enum LocalOutput {
+    Allocated { dtype: DType, shape: Vec<usize>, buffer: Arc<SharedBuffer> },
+    Forwarded(usize),
+}
+
+/// Bytes written through a raw pointer by the kernel while the context keeps
+/// a reference to read them afterwards.
+struct SharedBuffer(Box<[UnsafeCell<u64>]>);
+
+// SAFETY: the buffer is written only by the kernel holding the one writable
+// `Tensor` over it, and read by the context after the kernel returned.
+unsafe impl Send for SharedBuffer {}
+// SAFETY: as above.
+unsafe impl Sync for SharedBuffer {}
+
+impl SharedBuffer {
+    fn new(bytes: usize, fill: u8) -> Arc<Self> {
+        let words = bytes.div_ceil(8);
+        let buffer = Arc::new(SharedBuffer((0..words).map(|_| UnsafeCell::new(0)).collect()));
+        // SAFETY: `words * 8 >= bytes` writable bytes; no other reference
+        // reads them yet.
+        unsafe { std::ptr::write_bytes(buffer.ptr().as_ptr(), fill, bytes) };
+        buffer
+    }
+
+    fn ptr(&self) -> NonNull<u8> {
+        // The slice pointer carries provenance over every word; UnsafeCell
+        // makes writing through it sound while `&self` exists.
+        NonNull::new(UnsafeCell::raw_get(self.0.as_ptr()).cast::<u8>()).unwrap_or(NonNull::dangling())
+    }
+}
+
+impl LocalContext {
+    pub fn new(inputs: Vec<Tensor>, output_dtypes: &[DType]) -> Self {
+        LocalContext {
+            inputs,
+            output_dtypes: output_dtypes.to_vec(),
+            outputs: RefCell::new(output_dtypes.iter().map(|_| None).collect()),
+        }
+    }
+
+    /// Runs `kernel` on `inputs` and returns its outputs (an error if it
+    /// failed or left an output unset).
+    pub fn run(kernel: &dyn super::Kernel, inputs: Vec<Tensor>, output_dtypes: &[DType]) -> Result<Vec<Tensor>, Error> {
+        let ctx = LocalContext::new(inputs, output_dtypes);
+        kernel.compute(&ctx)?;
+        (0..output_dtypes.len())
+            .map(|i| ctx.output(i).ok_or_else(|| Error::Internal(format!("the kernel did not set output {i}"))))
+            .collect()
+    }
+
+    /// Output `index` once the kernel has produced it (read-only).
+    pub fn output(&self, index: usize) -> Option<Tensor> {
+        let outputs = self.outputs.borrow();
+        match outputs.get(index)?.as_ref()? {
+            LocalOutput::Forwarded(input) => self.input(*input).ok(),
+            LocalOutput::Allocated { dtype, shape, buffer } => {
+                // SAFETY: the buffer holds the bytes of `shape` (allocated
+                // for it), aligned to 8, and the kernel is done writing.
+                unsafe { Tensor::from_raw(*dtype, shape.clone(), Some(buffer.ptr()), false, Box::new(Arc::clone(buffer))) }
+                    .ok()
+            }
+        }
+    }
+}
+
+impl OpContext for LocalContext {
+    fn num_inputs(&self) -> usize {
+        self.inputs.len()
+    }
+
+    fn num_outputs(&self) -> usize {
+        self.output_dtypes.len()
+    }
+
+    fn input(&self, index: usize) -> Result<Tensor, Error> {
+        let tensor = self.inputs.get(index).ok_or_else(|| Error::Internal(format!("no input {index}")))?;
+        // Each handle gets its own copy, so it may outlive the context.
+        let bytes = tensor.len * tensor.dtype.size();
+        let buffer = SharedBuffer::new(bytes, 0);
+        if let Some(src) = tensor.data {
+            // SAFETY: `src` holds `bytes` bytes; the buffer is fresh.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), buffer.ptr().as_ptr(), bytes) };
+        }
+        // SAFETY: the fresh buffer holds the copied bytes, aligned to 8.
+        unsafe { Tensor::from_raw(tensor.dtype, tensor.shape.clone(), Some(buffer.ptr()), false, Box::new(buffer)) }
+    }
+
+    fn output_dtype(&self, index: usize) -> Result<DType, Error> {
+        self.output_dtypes.get(index).copied().ok_or_else(|| Error::Internal(format!("no output {index}")))
+    }
+
+    fn allocate_output(&self, index: usize, shape: &[usize]) -> Result<Tensor, Error> {
+        let dtype = self.output_dtype(index)?;
+        let len = element_count(shape).ok_or_else(|| Error::Internal("output shape too large".into()))?;
+        let buffer = SharedBuffer::new(len * dtype.size(), 0xFF);
+        let tensor =
+            // SAFETY: a fresh buffer of the output's bytes, aligned to 8;
+            // the context reads it only after the kernel returns.
+            unsafe { Tensor::from_raw(dtype, shape.to_vec(), Some(buffer.ptr()), true, Box::new(Arc::clone(&buffer)))? };
+        self.outputs.borrow_mut()[index] = Some(LocalOutput::Allocated { dtype, shape: shape.to_vec(), buffer });
+        Ok(tensor)
+    }
+
+    fn forward_input(&self, input: usize, output: usize) -> Result<(), Error> {
+        if input >= self.inputs.len() || output >= self.output_dtypes.len() {
+            return Err(Error::Internal(format!("cannot forward input {input} to output {output}")));
+        }
+        self.outputs.borrow_mut()[output] = Some(LocalOutput::Forwarded(input));
+        Ok(())
+    }
+}
