@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Build the tfwasm wheel from already-built artifacts (standard library only).
 
-The wheel installs three files into site-packages:
+The wheel installs into site-packages:
 
     tensorflow-plugins/libtfwasm.so                 loaded by `import tensorflow`
     tensorflow-plugins/tfwasm/device.toml           default sandbox policy
     tensorflow-plugins/tfwasm/reference_device.wasm default guest
+    tfwasm/*.py                                     `python -m tfwasm sweep|coverage`
 
 TensorFlow loads every `*.so` directly inside `tensorflow-plugins/` and
 ignores subdirectories, so the policy and guest can sit in `tfwasm/` beside
@@ -93,6 +94,12 @@ def zip_info(name: str, mode: int, epoch: int) -> zipfile.ZipInfo:
     return info
 
 
+def python_package() -> list[tuple[str, bytes, int]]:
+    """The `tfwasm` Python package (the `python -m tfwasm` commands)."""
+    source = REPO / "host" / "python" / NAME
+    return [(f"{NAME}/{path.name}", path.read_bytes(), 0o644) for path in sorted(source.glob("*.py"))]
+
+
 def build(plugin: Path, policy: Path, guest: Path, out_dir: Path) -> Path:
     for label, path in (("plugin", plugin), ("policy", policy), ("guest", guest)):
         if not path.is_file():
@@ -104,6 +111,7 @@ def build(plugin: Path, policy: Path, guest: Path, out_dir: Path) -> Path:
         (f"{PLUGIN_DIR}/libtfwasm.so", plugin.read_bytes(), 0o755),
         (f"{PLUGIN_DIR}/{NAME}/device.toml", policy.read_bytes(), 0o644),
         (f"{PLUGIN_DIR}/{NAME}/reference_device.wasm", guest.read_bytes(), 0o644),
+        *python_package(),
         (f"{dist_info}/METADATA", metadata(version).encode(), 0o644),
         (f"{dist_info}/WHEEL", wheel_file().encode(), 0o644),
     ]

@@ -1,0 +1,11 @@
+"""Tools for the tfwasm TensorFlow plugin.
+
+The plugin itself is ``tensorflow-plugins/libtfwasm.so``, loaded by
+``import tensorflow``; nothing here needs importing to use the device.
+This package holds the user-facing commands:
+
+    python -m tfwasm sweep      run every kernel the plugin registers on WASM and on CPU, compare
+    python -m tfwasm coverage   which ops of a program ran on WASM and which fell back to CPU
+"""
+
+__all__ = ["coverage", "sweep"]

@@ -1,0 +1,813 @@
+"""The op sweep: every kernel tfwasm registers, on WASM and on TensorFlow's CPU device.
+
+For each op the plugin registered for the device type (read back from
+TensorFlow's own kernel registry, so nothing registered can be skipped),
+the sweep builds inputs of several shapes (0-size, 1×1, primes,
+broadcasting, larger), runs the op on ``/CPU:0`` and twice on
+``/device:WASM:0`` with soft placement off (an op without a WASM kernel
+fails rather than quietly running on CPU), and checks
+
+* the result lives on the WASM device,
+* it matches the CPU result within the op's stated tolerance
+  (``|wasm - cpu| <= atol + rtol·|cpu|``; integers, booleans and the
+  stateless random ops must match exactly),
+* the two WASM runs are bit-identical (determinism).
+
+It prints one row per case: op, dtype, input shapes, max abs error, and
+pass/FAIL, then a summary. A registered op with no case here is a
+failure too ("no sweep case"), so every kernel added must come with one.
+
+    python -m tfwasm sweep [--ops Conv2D,MaxPool] [--seed 0] [--quiet]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+#: Tolerances by kind of op (rtol, atol).
+EXACT = (0.0, 0.0)
+ELEMENTWISE = (1e-5, 1e-6)
+TRANSCENDENTAL = (2e-5, 1e-6)
+REDUCTION = (1e-5, 1e-5)
+PRODUCT = (1e-4, 1e-4)  # matmul, convolution: summation order differs from oneDNN
+
+
+@dataclass
+class Case:
+    """One invocation: raw-op keyword arguments (arrays become tensors)."""
+
+    args: dict[str, Any]
+    #: Which outputs to compare (None: all). Some outputs are scratch space
+    #: whose content TensorFlow leaves unspecified.
+    compare: tuple[int, ...] | None = None
+
+
+@dataclass
+class Spec:
+    cases: Callable[[Any, np.random.Generator], list[Case]]
+    tol: tuple[float, float] = ELEMENTWISE
+
+
+@dataclass
+class Row:
+    op: str
+    dtype: str
+    shapes: str
+    error: float | None
+    ok: bool
+    note: str = ""
+
+
+# ---------------------------------------------------------------------------
+# Input helpers
+
+
+def f32(rng, shape, lo=-3.0, hi=3.0):
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def boolean(rng, shape):
+    return rng.random(size=shape) < 0.5
+
+
+def ints(rng, shape, lo, hi, dtype=np.int32):
+    return rng.integers(lo, hi, size=shape).astype(dtype)
+
+
+UNARY_SHAPES = [(0,), (1, 1), (7, 13), (3, 5, 17), (129, 257)]
+BINARY_SHAPES = [
+    ((0, 3), (0, 3)),
+    ((0, 3), (1, 3)),
+    ((1, 1), (1, 1)),
+    ((7, 13), (7, 13)),
+    ((3, 1, 5), (4, 1)),
+    ((), (2, 3)),
+    ((2, 3), ()),
+    ((5,), (3, 5)),
+    ((3, 1), (1, 4)),
+    ((129, 257), (257,)),
+]
+SAME_SHAPES = [(0, 4), (1, 1), (7, 13), (129, 257)]
+
+
+def unary(lo=-3.0, hi=3.0, **attrs):
+    def cases(tf, rng):
+        return [Case({"x": f32(rng, s, lo, hi), **attrs}) for s in UNARY_SHAPES]
+
+    return cases
+
+
+def activation(lo=-3.0, hi=3.0, **attrs):
+    def cases(tf, rng):
+        return [Case({"features": f32(rng, s, lo, hi), **attrs}) for s in UNARY_SHAPES]
+
+    return cases
+
+
+def binary(x_range=(-3.0, 3.0), y_range=(-3.0, 3.0), rounded=False, make=None):
+    def cases(tf, rng):
+        out = []
+        for sa, sb in BINARY_SHAPES:
+            x, y = f32(rng, sa, *x_range), f32(rng, sb, *y_range)
+            if rounded:  # so equal values occur
+                x, y = np.round(x), np.round(y)
+            if make:
+                x, y = make(rng, x, y)
+            out.append(Case({"x": x, "y": y}))
+        return out
+
+    return cases
+
+
+def logical_binary(tf, rng):
+    return [Case({"x": boolean(rng, sa), "y": boolean(rng, sb)}) for sa, sb in BINARY_SHAPES]
+
+
+def grad_pair(first, second, second_range=(-3.0, 3.0), **attrs):
+    """Same-shape gradient ops: (upstream gradient, saved forward value)."""
+
+    def cases(tf, rng):
+        return [Case({first: f32(rng, s), second: f32(rng, s, *second_range), **attrs}) for s in SAME_SHAPES]
+
+    return cases
+
+
+def y_dy(y_range=(-3.0, 3.0)):
+    def cases(tf, rng):
+        return [Case({"y": f32(rng, s, *y_range), "dy": f32(rng, s)}) for s in SAME_SHAPES]
+
+    return cases
+
+
+def with_zeros(rng, x, y):
+    y = y.copy()
+    if y.size:
+        y.flat[:: max(1, y.size // 5)] = 0.0
+    return x, y
+
+
+def away_from_zero(rng, x, y):
+    return x, np.where(np.abs(y) < 0.25, np.float32(0.5), y).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------
+# Op cases
+
+
+def cast_cases(tf, rng):
+    x = f32(rng, (7, 13), -50, 50)
+    return [
+        Case({"x": x, "DstT": tf.int32}),
+        Case({"x": x, "DstT": tf.int64}),
+        Case({"x": np.round(f32(rng, (7, 13), -1, 1)), "DstT": tf.bool}),
+        Case({"x": ints(rng, (7, 13), -100, 100, np.int64), "DstT": tf.float32}),
+        Case({"x": ints(rng, (7, 13), -100, 100, np.int32), "DstT": tf.float32}),
+        Case({"x": boolean(rng, (7, 13)), "DstT": tf.float32}),
+        Case({"x": f32(rng, (0, 3)), "DstT": tf.int64}),
+    ]
+
+
+def select_cases(tf, rng):
+    shapes = [((0, 3), (0, 3), (0, 3)), ((7, 13), (7, 13), (7, 13)), ((7, 1), (1, 13), (7, 13)), ((), (2, 3), (2, 3)), ((5,), (3, 5), ())]
+    return [Case({"condition": boolean(rng, c), "t": f32(rng, t), "e": f32(rng, e)}) for c, t, e in shapes]
+
+
+REDUCE_CASES = [
+    ((7, 13), [0]),
+    ((7, 13), [1]),
+    ((7, 13), [-1]),
+    ((7, 13), [0, 1]),
+    ((7, 13), []),
+    ((3, 0, 5), [1]),
+    ((3, 0, 5), [0]),
+    ((2, 3, 5, 7), [1, 3]),
+    ((1, 1), [0]),
+    ((64, 1031), [1]),
+    ((1031, 64), [0]),
+]
+
+
+def reduce_cases(make=f32):
+    def cases(tf, rng):
+        out = []
+        for shape, axes in REDUCE_CASES:
+            for keep in (False, True):
+                for idx_type in (np.int32, np.int64):
+                    out.append(Case({"input": make(rng, shape), "axis": np.array(axes, idx_type), "keep_dims": keep}))
+        return out
+
+    return cases
+
+
+def prod_values(rng, shape):
+    return f32(rng, shape, 0.8, 1.2)
+
+
+def arg_cases(tf, rng):
+    out = []
+    for shape, axis in [((7, 13), 0), ((7, 13), 1), ((7, 13), -1), ((1, 1), 0), ((2, 3, 5), 1), ((64, 1031), 1)]:
+        x = np.round(f32(rng, shape) * 2) / 2  # ties happen
+        for output_type in (tf.int64, tf.int32):
+            out.append(Case({"input": x, "dimension": np.int32(axis), "output_type": output_type}))
+    return out
+
+
+def bool_reduce_cases(tf, rng):
+    return reduce_cases(lambda r, s: r.random(size=s) < 0.9)(tf, rng)
+
+
+def matmul_cases(tf, rng):
+    out = []
+    for (m, k, n) in [(0, 5, 3), (1, 1, 1), (7, 13, 5), (5, 0, 3), (67, 131, 45)]:
+        for ta in (False, True):
+            for tb in (False, True):
+                a = f32(rng, (k, m) if ta else (m, k))
+                b = f32(rng, (n, k) if tb else (k, n))
+                out.append(Case({"a": a, "b": b, "transpose_a": ta, "transpose_b": tb}))
+    return out
+
+
+def batch_matmul_cases(tf, rng):
+    out = []
+    for xs, ys in [((2, 3, 5), (2, 5, 4)), ((1, 3, 5), (4, 5, 2)), ((3, 5), (2, 5, 7)), ((0, 3, 5), (0, 5, 2)), ((2, 2, 7, 13), (2, 1, 13, 5))]:
+        for adj_x in (False, True):
+            for adj_y in (False, True):
+                x = f32(rng, xs[:-2] + (xs[-1], xs[-2]) if adj_x else xs)
+                y = f32(rng, ys[:-2] + (ys[-1], ys[-2]) if adj_y else ys)
+                out.append(Case({"x": x, "y": y, "adj_x": adj_x, "adj_y": adj_y}))
+    return out
+
+
+def bias_add_cases(tf, rng):
+    return [Case({"value": f32(rng, s), "bias": f32(rng, s[-1:])}) for s in [(4, 7), (2, 3, 5, 6), (0, 3), (1, 1), (129, 257)]]
+
+
+def bias_add_grad_cases(tf, rng):
+    return [Case({"out_backprop": f32(rng, s)}) for s in [(4, 7), (2, 3, 5, 6), (0, 3), (1, 1), (129, 257)]]
+
+
+def softmax_cases(tf, rng):
+    return [Case({"logits": f32(rng, s, -10, 10)}) for s in [(1, 1), (7, 13), (0, 5), (3, 4, 10), (64, 1000)]]
+
+
+def xent_cases(tf, rng):
+    out = []
+    for s in [(1, 1), (7, 13), (0, 5), (64, 10)]:
+        labels = rng.random(size=s).astype(np.float32)
+        labels /= np.maximum(labels.sum(axis=-1, keepdims=True), 1e-6)
+        out.append(Case({"features": f32(rng, s, -5, 5), "labels": labels}))
+    return out
+
+
+def sparse_xent_cases(tf, rng):
+    out = []
+    for s in [(1, 1), (7, 13), (0, 5), (64, 10)]:
+        for t in (np.int32, np.int64):
+            out.append(Case({"features": f32(rng, s, -5, 5), "labels": ints(rng, s[:1], 0, s[1], t)}))
+    return out
+
+
+CONV_CASES = [
+    # input, filter, strides, padding, dilations
+    ((2, 9, 11, 3), (3, 3, 3, 5), [1, 1, 1, 1], "SAME", [1, 1, 1, 1]),
+    ((2, 9, 11, 3), (3, 3, 3, 5), [1, 1, 1, 1], "VALID", [1, 1, 1, 1]),
+    ((2, 9, 11, 3), (3, 3, 3, 5), [1, 2, 2, 1], "SAME", [1, 1, 1, 1]),
+    ((1, 13, 7, 2), (2, 4, 2, 3), [1, 1, 1, 1], "SAME", [1, 1, 1, 1]),
+    ((2, 9, 11, 3), (3, 3, 3, 4), [1, 1, 1, 1], "SAME", [1, 2, 2, 1]),
+    ((2, 8, 8, 4), (1, 1, 4, 6), [1, 1, 1, 1], "VALID", [1, 1, 1, 1]),
+    ((0, 5, 5, 2), (3, 3, 2, 2), [1, 1, 1, 1], "SAME", [1, 1, 1, 1]),
+    ((32, 28, 28, 1), (3, 3, 1, 8), [1, 1, 1, 1], "SAME", [1, 1, 1, 1]),
+]
+
+
+def conv_cases(tf, rng):
+    return [
+        Case({"input": f32(rng, i), "filter": f32(rng, f), "strides": s, "padding": p, "dilations": d})
+        for i, f, s, p, d in CONV_CASES
+    ]
+
+
+def conv_output_shape(tf, i, f, s, p, d):
+    with tf.device("/CPU:0"):
+        return tuple(tf.raw_ops.Conv2D(input=np.zeros(i, np.float32), filter=np.zeros(f, np.float32), strides=s, padding=p, dilations=d).shape)
+
+
+def conv_input_grad_cases(tf, rng):
+    return [
+        Case({
+            "input_sizes": np.array(i, np.int32), "filter": f32(rng, f),
+            "out_backprop": f32(rng, conv_output_shape(tf, i, f, s, p, d)), "strides": s, "padding": p, "dilations": d,
+        })
+        for i, f, s, p, d in CONV_CASES
+    ]
+
+
+def conv_filter_grad_cases(tf, rng):
+    return [
+        Case({
+            "input": f32(rng, i), "filter_sizes": np.array(f, np.int32),
+            "out_backprop": f32(rng, conv_output_shape(tf, i, f, s, p, d)), "strides": s, "padding": p, "dilations": d,
+        })
+        for i, f, s, p, d in CONV_CASES
+    ]
+
+
+POOL_CASES = [
+    ((2, 9, 11, 3), [1, 2, 2, 1], [1, 2, 2, 1], "VALID"),
+    ((2, 9, 11, 3), [1, 2, 2, 1], [1, 2, 2, 1], "SAME"),
+    ((2, 9, 11, 3), [1, 3, 3, 1], [1, 1, 1, 1], "SAME"),
+    ((1, 7, 5, 2), [1, 3, 2, 1], [1, 2, 1, 1], "VALID"),
+    ((0, 4, 4, 2), [1, 2, 2, 1], [1, 2, 2, 1], "VALID"),
+    ((32, 28, 28, 8), [1, 2, 2, 1], [1, 2, 2, 1], "VALID"),
+]
+
+
+def pool_cases(arg):
+    def cases(tf, rng):
+        return [Case({arg: f32(rng, i), "ksize": k, "strides": s, "padding": p}) for i, k, s, p in POOL_CASES]
+
+    return cases
+
+
+def max_pool_grad_cases(tf, rng):
+    out = []
+    for i, k, s, p in POOL_CASES:
+        x = np.round(f32(rng, i) * 2) / 2  # ties inside windows
+        with tf.device("/CPU:0"):
+            y = tf.raw_ops.MaxPool(input=x, ksize=k, strides=s, padding=p).numpy()
+        out.append(Case({"orig_input": x, "orig_output": y, "grad": f32(rng, y.shape), "ksize": k, "strides": s, "padding": p}))
+    return out
+
+
+def avg_pool_grad_cases(tf, rng):
+    out = []
+    for i, k, s, p in POOL_CASES:
+        with tf.device("/CPU:0"):
+            shape = tuple(tf.raw_ops.AvgPool(value=np.zeros(i, np.float32), ksize=k, strides=s, padding=p).shape)
+        out.append(Case({"orig_input_shape": np.array(i, np.int32), "grad": f32(rng, shape), "ksize": k, "strides": s, "padding": p}))
+    return out
+
+
+BN_SHAPES = [(2, 5, 7, 3), (1, 1, 1, 1), (4, 3, 3, 16), (0, 2, 2, 3)]
+
+
+def batch_norm_cases(tf, rng):
+    out = []
+    for s in BN_SHAPES:
+        c = s[-1]
+        for training in (True, False):
+            for factor in ((1.0, 0.5) if training else (1.0,)):
+                out.append(Case({
+                    "x": f32(rng, s), "scale": f32(rng, (c,), 0.5, 2), "offset": f32(rng, (c,)),
+                    "mean": f32(rng, (c,)) if not training or factor != 1.0 else np.zeros(0 if factor == 1.0 else c, np.float32),
+                    "variance": f32(rng, (c,), 0.5, 2) if not training or factor != 1.0 else np.zeros(0 if factor == 1.0 else c, np.float32),
+                    "epsilon": 1e-3, "exponential_avg_factor": factor, "is_training": training,
+                }, compare=(0, 1, 2, 3, 4)))
+    return out
+
+
+def batch_norm_grad_cases(tf, rng):
+    out = []
+    for s in BN_SHAPES:
+        c = s[-1]
+        for training in (True, False):
+            x, scale = f32(rng, s), f32(rng, (c,), 0.5, 2)
+            mean, var = f32(rng, (c,)), f32(rng, (c,), 0.5, 2)
+            with tf.device("/CPU:0"):
+                fwd = tf.raw_ops.FusedBatchNormV3(
+                    x=x, scale=scale, offset=np.zeros(c, np.float32), mean=mean if not training else np.zeros(0, np.float32),
+                    variance=var if not training else np.zeros(0, np.float32), epsilon=1e-3, is_training=training)
+            out.append(Case({
+                "y_backprop": f32(rng, s), "x": x, "scale": scale,
+                "reserve_space_1": fwd[3].numpy(), "reserve_space_2": fwd[4].numpy(), "reserve_space_3": fwd[5].numpy(),
+                "epsilon": 1e-3, "is_training": training,
+            }, compare=(0, 1, 2)))
+    return out
+
+
+def transpose_cases(tf, rng):
+    cases = [((2, 3, 5, 7), [0, 2, 1, 3]), ((2, 3, 5, 7), [3, 2, 1, 0]), ((7, 13), [1, 0]), ((0, 3), [1, 0]), ((1, 1), [1, 0]),
+             ((4, 1, 6), [1, 0, 2]), ((129, 257), [1, 0]), ((2, 3, 5), [0, 1, 2])]
+    return [Case({"x": f32(rng, s), "perm": np.array(p, t)}) for s, p in cases for t in (np.int32, np.int64)]
+
+
+def concat_cases(tf, rng):
+    cases = [([(2, 3), (2, 5)], 1), ([(2, 3), (4, 3), (0, 3)], 0), ([(2, 3, 5), (2, 1, 5)], -2), ([(1, 1)], 0), ([(7, 13), (7, 13), (7, 13)], 1)]
+    return [Case({"values": [f32(rng, s) for s in shapes], "axis": np.int32(axis)}) for shapes, axis in cases]
+
+
+def pack_cases(tf, rng):
+    return [Case({"values": [f32(rng, s) for _ in range(n)], "axis": axis}) for s, n, axis in [((2, 3), 3, 0), ((2, 3), 2, 2), ((0, 3), 2, 1), ((), 4, 0), ((7, 13), 1, -1)]]
+
+
+def unpack_cases(tf, rng):
+    return [Case({"value": f32(rng, s), "num": s[axis], "axis": axis}) for s, axis in [((3, 2, 5), 0), ((3, 2, 5), 1), ((3, 2, 5), -1), ((2, 0), 0), ((1, 1), 1)]]
+
+
+def slice_cases(tf, rng):
+    cases = [((7, 13), [1, 2], [3, 4]), ((7, 13), [0, 5], [-1, -1]), ((2, 3, 5), [1, 0, 2], [1, 3, 2]), ((7, 13), [3, 3], [0, 2]), ((1, 1), [0, 0], [1, 1])]
+    return [Case({"input": f32(rng, s), "begin": np.array(b, t), "size": np.array(z, t)}) for s, b, z in cases for t in (np.int32, np.int64)]
+
+
+# (shape, begin, end, strides, masks)
+STRIDED = [
+    ((7, 13), [1, 2], [5, 11], [1, 3], {}),
+    ((7, 13), [-1, 0], [0, 13], [-1, 2], {}),
+    ((7, 13), [0, 4], [0, 0], [1, 1], {"begin_mask": 1, "end_mask": 3}),
+    ((2, 3, 5), [1], [2], [1], {"shrink_axis_mask": 1}),
+    ((2, 3, 5), [0, 1], [0, 2], [1, 1], {"ellipsis_mask": 1, "shrink_axis_mask": 2}),
+    ((2, 3, 5), [0, 0, 1], [0, 0, 4], [1, 1, 1], {"new_axis_mask": 2, "begin_mask": 1, "end_mask": 1}),
+    ((6,), [5], [-7], [-2], {}),
+    ((0, 4), [0, 1], [0, 3], [1, 1], {"begin_mask": 1, "end_mask": 1}),
+]
+
+
+def strided_slice_cases(tf, rng):
+    return [
+        Case({"input": f32(rng, s), "begin": np.array(b, np.int32), "end": np.array(e, np.int32), "strides": np.array(st, np.int32), **m})
+        for s, b, e, st, m in STRIDED
+    ]
+
+
+def strided_slice_grad_cases(tf, rng):
+    out = []
+    for s, b, e, st, m in STRIDED:
+        with tf.device("/CPU:0"):
+            dy_shape = tuple(tf.raw_ops.StridedSlice(input=np.zeros(s, np.float32), begin=np.array(b, np.int32), end=np.array(e, np.int32), strides=np.array(st, np.int32), **m).shape)
+        out.append(Case({"shape": np.array(s, np.int32), "begin": np.array(b, np.int32), "end": np.array(e, np.int32), "strides": np.array(st, np.int32), "dy": f32(rng, dy_shape), **m}))
+    return out
+
+
+def tile_cases(tf, rng):
+    cases = [((2, 3), [2, 3]), ((7, 13), [1, 1]), ((2, 1, 3), [1, 4, 1]), ((0, 3), [2, 2]), ((3,), [0]), ((1, 1), [5, 7])]
+    return [Case({"input": f32(rng, s), "multiples": np.array(m, t)}) for s, m in cases for t in (np.int32, np.int64)]
+
+
+PADS = [((2, 3), [[1, 2], [0, 3]]), ((7, 13), [[0, 0], [0, 0]]), ((2, 3, 4, 5), [[0, 0], [1, 1], [2, 0], [0, 0]]), ((0, 3), [[1, 1], [1, 1]]), ((1, 1), [[3, 0], [0, 3]])]
+
+
+def pad_cases(tf, rng):
+    return [Case({"input": f32(rng, s), "paddings": np.array(p, t)}) for s, p in PADS for t in (np.int32, np.int64)]
+
+
+def pad_v2_cases(tf, rng):
+    return [Case({"input": f32(rng, s), "paddings": np.array(p, np.int32), "constant_values": np.float32(1.5)}) for s, p in PADS]
+
+
+def fill_cases(tf, rng):
+    return [Case({"dims": np.array(d, t), "value": np.float32(2.5)}) for d in [[2, 3], [0, 4], [], [7, 13, 3]] for t in (np.int32, np.int64)]
+
+
+def gather_cases(tf, rng):
+    out = []
+    for ps, ishape, axis, batch_dims in [((7, 13), (5,), 0, 0), ((7, 13), (2, 3), 1, 0), ((7, 13), (0,), 0, 0), ((3, 4, 5), (3, 2), 1, 1), ((1000, 64), (32, 20), 0, 0)]:
+        for t in (np.int32, np.int64):
+            idx = ints(rng, ishape, 0, ps[axis], t)
+            out.append(Case({"params": f32(rng, ps), "indices": idx, "axis": np.int32(axis), "batch_dims": batch_dims}))
+    return out
+
+
+def one_hot_cases(tf, rng):
+    out = []
+    for ishape, depth, axis in [((5,), 4, -1), ((2, 3), 7, -1), ((2, 3), 5, 0), ((0,), 3, -1), ((64,), 10, -1)]:
+        for t in (np.int32, np.int64):
+            idx = ints(rng, ishape, -1, depth + 1, t)  # out-of-range indices give all-off rows
+            out.append(Case({"indices": idx, "depth": np.int32(depth), "on_value": np.float32(1.0), "off_value": np.float32(0.0), "axis": axis}))
+    return out
+
+
+def add_n_cases(tf, rng):
+    return [Case({"inputs": [f32(rng, s) for _ in range(n)]}) for s, n in [((7, 13), 1), ((7, 13), 2), ((7, 13), 5), ((0, 3), 3), ((129, 257), 3)]]
+
+
+def broadcast_to_cases(tf, rng):
+    cases = [((3,), [2, 3]), ((1, 1), [4, 5]), ((7, 1), [7, 13]), ((), [2, 3]), ((0, 1), [0, 3]), ((2, 1, 3), [2, 5, 3])]
+    return [Case({"input": f32(rng, s), "shape": np.array(t, np.int32)}) for s, t in cases]
+
+
+def squeeze_cases(tf, rng):
+    return [Case({"input": f32(rng, s), "axis": a}) for s, a in [((1, 3, 1), []), ((1, 3, 1), [0]), ((1, 3, 1), [-1]), ((0, 1), [1])]]
+
+
+def expand_dims_cases(tf, rng):
+    return [Case({"input": f32(rng, s), "axis": np.int32(a)}) for s, a in [((3,), 0), ((3, 4), -1), ((0, 2), 1), ((), 0)]]
+
+
+def key_counter_cases(tf, rng):
+    return [Case({"seed": np.array(s, t)}) for s in ([1, 2], [0, 0], [-5, 2**31 - 1]) for t in (np.int32, np.int64)]
+
+
+def random_v2_cases(tf, rng):
+    out = []
+    for shape in ([0], [1], [7], [3, 5], [2, 3, 4], [1001]):
+        for seed in ([1, 2], [42, 7]):
+            for alg in (1, 3):
+                with tf.device("/CPU:0"):
+                    key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=np.array(seed, np.int64))
+                out.append(Case({"shape": np.array(shape, np.int32), "key": key.numpy(), "counter": counter.numpy(), "alg": np.int32(alg), "dtype": tf.float32}))
+    return out
+
+
+# Every op the sweep knows how to drive.
+SPECS: dict[str, Spec] = {
+    # elementwise binary
+    "Add": Spec(binary()),
+    "AddV2": Spec(binary()),
+    "Sub": Spec(binary()),
+    "Mul": Spec(binary()),
+    "RealDiv": Spec(binary(make=away_from_zero)),
+    "DivNoNan": Spec(binary(make=with_zeros)),
+    "Maximum": Spec(binary(rounded=True)),
+    "Minimum": Spec(binary(rounded=True)),
+    "Pow": Spec(binary(x_range=(0.1, 3.0), y_range=(-2.0, 2.0)), TRANSCENDENTAL),
+    "SquaredDifference": Spec(binary()),
+    "Equal": Spec(binary(rounded=True), EXACT),
+    "NotEqual": Spec(binary(rounded=True), EXACT),
+    "Less": Spec(binary(rounded=True), EXACT),
+    "LessEqual": Spec(binary(rounded=True), EXACT),
+    "Greater": Spec(binary(rounded=True), EXACT),
+    "GreaterEqual": Spec(binary(rounded=True), EXACT),
+    "LogicalAnd": Spec(logical_binary, EXACT),
+    "LogicalOr": Spec(logical_binary, EXACT),
+    "SelectV2": Spec(select_cases, EXACT),
+    # gradients of activations
+    "ReluGrad": Spec(grad_pair("gradients", "features")),
+    "Relu6Grad": Spec(grad_pair("gradients", "features", (-2.0, 8.0))),
+    "EluGrad": Spec(grad_pair("gradients", "outputs", (-0.99, 3.0))),
+    "SeluGrad": Spec(grad_pair("gradients", "outputs", (-1.7, 3.0))),
+    "SoftplusGrad": Spec(grad_pair("gradients", "features"), TRANSCENDENTAL),
+    "LeakyReluGrad": Spec(grad_pair("gradients", "features", alpha=0.3)),
+    "TanhGrad": Spec(y_dy((-1.0, 1.0))),
+    "SigmoidGrad": Spec(y_dy((0.0, 1.0))),
+    "RsqrtGrad": Spec(y_dy((0.1, 3.0))),
+    "SqrtGrad": Spec(y_dy((0.1, 3.0))),
+    "ReciprocalGrad": Spec(y_dy((0.1, 3.0))),
+    # unary
+    "Neg": Spec(unary()),
+    "Abs": Spec(unary()),
+    "Exp": Spec(unary(-10, 10), TRANSCENDENTAL),
+    "Log": Spec(unary(0.01, 10), TRANSCENDENTAL),
+    "Log1p": Spec(unary(-0.99, 10), TRANSCENDENTAL),
+    "Sqrt": Spec(unary(0.0, 10)),
+    "Rsqrt": Spec(unary(0.01, 10), TRANSCENDENTAL),
+    "Square": Spec(unary()),
+    "Reciprocal": Spec(unary(0.1, 3.0)),
+    "Inv": Spec(unary(0.1, 3.0)),
+    "Tanh": Spec(unary(-6, 6), TRANSCENDENTAL),
+    "Sigmoid": Spec(unary(-10, 10), TRANSCENDENTAL),
+    "Erf": Spec(unary(-3, 3), TRANSCENDENTAL),
+    "Sign": Spec(unary(), EXACT),
+    "Floor": Spec(unary(), EXACT),
+    "Ceil": Spec(unary(), EXACT),
+    "Round": Spec(unary(-5, 5), EXACT),
+    "IsNan": Spec(unary(), EXACT),
+    "IsFinite": Spec(unary(), EXACT),
+    "ZerosLike": Spec(unary(), EXACT),
+    "OnesLike": Spec(unary(), EXACT),
+    "LogicalNot": Spec(lambda tf, rng: [Case({"x": boolean(rng, s)}) for s in UNARY_SHAPES], EXACT),
+    "Cast": Spec(cast_cases, EXACT),
+    "Relu": Spec(activation()),
+    "Relu6": Spec(activation(-2, 8)),
+    "Elu": Spec(activation(), TRANSCENDENTAL),
+    "Selu": Spec(activation(), TRANSCENDENTAL),
+    "Softplus": Spec(activation(-25, 25), TRANSCENDENTAL),
+    "Softsign": Spec(activation()),
+    "LeakyRelu": Spec(activation(alpha=0.3)),
+    # reductions
+    "Sum": Spec(reduce_cases(), REDUCTION),
+    "Mean": Spec(reduce_cases(), REDUCTION),
+    "Max": Spec(reduce_cases(), EXACT),
+    "Min": Spec(reduce_cases(), EXACT),
+    "Prod": Spec(reduce_cases(prod_values), REDUCTION),
+    "All": Spec(bool_reduce_cases, EXACT),
+    "Any": Spec(bool_reduce_cases, EXACT),
+    "ArgMax": Spec(arg_cases, EXACT),
+    "ArgMin": Spec(arg_cases, EXACT),
+    # linear algebra and NN
+    "MatMul": Spec(matmul_cases, PRODUCT),
+    "BatchMatMulV2": Spec(batch_matmul_cases, PRODUCT),
+    "BiasAdd": Spec(bias_add_cases),
+    "BiasAddGrad": Spec(bias_add_grad_cases, REDUCTION),
+    "Softmax": Spec(softmax_cases, TRANSCENDENTAL),
+    "LogSoftmax": Spec(softmax_cases, TRANSCENDENTAL),
+    "SoftmaxCrossEntropyWithLogits": Spec(xent_cases, REDUCTION),
+    "SparseSoftmaxCrossEntropyWithLogits": Spec(sparse_xent_cases, REDUCTION),
+    "Conv2D": Spec(conv_cases, PRODUCT),
+    "Conv2DBackpropInput": Spec(conv_input_grad_cases, PRODUCT),
+    "Conv2DBackpropFilter": Spec(conv_filter_grad_cases, PRODUCT),
+    "MaxPool": Spec(pool_cases("input"), EXACT),
+    "MaxPoolGrad": Spec(max_pool_grad_cases, EXACT),
+    "AvgPool": Spec(pool_cases("value"), REDUCTION),
+    "AvgPoolGrad": Spec(avg_pool_grad_cases, REDUCTION),
+    "FusedBatchNormV3": Spec(batch_norm_cases, PRODUCT),
+    "FusedBatchNormGradV3": Spec(batch_norm_grad_cases, PRODUCT),
+    # data movement
+    "Transpose": Spec(transpose_cases, EXACT),
+    "ConcatV2": Spec(concat_cases, EXACT),
+    "Pack": Spec(pack_cases, EXACT),
+    "Unpack": Spec(unpack_cases, EXACT),
+    "Slice": Spec(slice_cases, EXACT),
+    "StridedSlice": Spec(strided_slice_cases, EXACT),
+    "StridedSliceGrad": Spec(strided_slice_grad_cases, EXACT),
+    "Tile": Spec(tile_cases, EXACT),
+    "Pad": Spec(pad_cases, EXACT),
+    "PadV2": Spec(pad_v2_cases, EXACT),
+    "Fill": Spec(fill_cases, EXACT),
+    "GatherV2": Spec(gather_cases, EXACT),
+    "OneHot": Spec(one_hot_cases, EXACT),
+    "AddN": Spec(add_n_cases, REDUCTION),
+    "BroadcastTo": Spec(broadcast_to_cases, EXACT),
+    "Squeeze": Spec(squeeze_cases, EXACT),
+    "ExpandDims": Spec(expand_dims_cases, EXACT),
+    # stateless random: bit-identical to the CPU
+    "StatelessRandomGetKeyCounter": Spec(key_counter_cases, EXACT),
+    "StatelessRandomUniformV2": Spec(random_v2_cases, EXACT),
+    "StatelessRandomNormalV2": Spec(random_v2_cases, EXACT),
+    "StatelessTruncatedNormalV2": Spec(random_v2_cases, EXACT),
+}
+
+
+# ---------------------------------------------------------------------------
+# Running
+
+
+def device_type() -> str:
+    return os.environ.get("TFWASM_DEVICE_TYPE", "WASM")
+
+
+def registered_ops(device: str) -> dict[str, list[dict[str, list[str]]]]:
+    """op → its registrations for ``device``, each as {type attr: [dtype names]}."""
+    from tensorflow.core.framework import types_pb2
+    from tensorflow.python.framework import kernels
+
+    ops: dict[str, list[dict[str, list[str]]]] = {}
+    for kernel in kernels.get_all_registered_kernels().kernel:
+        if kernel.device_type != device:
+            continue
+        constraints = {
+            c.name: [types_pb2.DataType.Name(t).removeprefix("DT_").lower() for t in c.allowed_values.list.type]
+            for c in kernel.constraint
+        }
+        ops.setdefault(kernel.op, []).append(constraints)
+    return ops
+
+
+def describe(args: dict[str, Any]) -> tuple[str, str]:
+    """(dtypes, shapes) of a case's array arguments."""
+    shapes, dtypes, attrs = [], [], []
+    for name, value in args.items():
+        arrays = value if isinstance(value, list) else [value]
+        if not all(isinstance(a, (np.ndarray, np.generic)) for a in arrays):
+            attrs.append(f"{name}={getattr(value, 'name', value)}".replace(" ", ""))
+            continue
+        for i, a in enumerate(arrays):
+            a = np.asarray(a)
+            label = f"{name}[{i}]" if isinstance(value, list) else name
+            shapes.append(f"{label}{list(a.shape)}")
+            dtypes.append(str(a.dtype))
+    unique = sorted(set(dtypes), key=dtypes.index)
+    return "/".join(unique), " ".join(shapes + attrs)
+
+
+def as_list(result) -> list:
+    if isinstance(result, (list, tuple)):
+        return list(result)
+    return [result]
+
+
+def run_case(tf, op: str, case: Case, tol: tuple[float, float], wasm: str) -> tuple[float | None, bool, str]:
+    fn = getattr(tf.raw_ops, op)
+
+    def tensors():
+        # Inputs are made on the CPU; TensorFlow copies what the kernel
+        # needs on the device (host-memory arguments stay on the host).
+        with tf.device("/CPU:0"):
+            return {
+                k: ([tf.constant(x) for x in v] if isinstance(v, list) and v and isinstance(v[0], np.ndarray)
+                    else tf.constant(v) if isinstance(v, (np.ndarray, np.generic)) else v)
+                for k, v in case.args.items()
+            }
+
+    args = tensors()
+    with tf.device("/CPU:0"):
+        expected = [t.numpy() for t in as_list(fn(**args))]
+    with tf.device(wasm):
+        first = as_list(fn(**args))
+        second = as_list(fn(**args))
+    notes = []
+    off_device = [i for i, t in enumerate(first) if not t.device.endswith(wasm.removeprefix("/"))]
+    if off_device:
+        notes.append(f"output {off_device} on {first[off_device[0]].device}")
+    got, again = [t.numpy() for t in first], [t.numpy() for t in second]
+    compare_idx = case.compare if case.compare is not None else range(len(expected))
+    worst, ok, more = compare(expected, got, again, tol, compare_idx)
+    return worst, ok and not off_device, "; ".join(notes + more)
+
+
+def compare(expected: list, got: list, again: list, tol: tuple[float, float], indexes) -> tuple[float | None, bool, list[str]]:
+    """Compares the WASM outputs (two runs) with the CPU's: (max error, ok, notes).
+
+    Floats: ``|got - expected| <= atol + rtol·|expected|`` elementwise, NaN
+    where the CPU has NaN, the same infinities. Everything else: equal.
+    The two WASM runs must be bit-identical.
+    """
+    rtol, atol = tol
+    worst, ok, notes = 0.0, True, []
+    for i in indexes:
+        e, g, g2 = np.asarray(expected[i]), np.asarray(got[i]), np.asarray(again[i])
+        if e.shape != g.shape or e.dtype != g.dtype:
+            return None, False, [f"output {i}: {g.dtype}{list(g.shape)}, CPU gives {e.dtype}{list(e.shape)}"]
+        if g.tobytes() != g2.tobytes():
+            ok = False
+            notes.append(f"output {i} differs between two runs")
+        if e.size == 0:
+            continue
+        if e.dtype.kind in "fc":
+            e64, g64 = e.astype(np.float64), g.astype(np.float64)
+            both_nan = np.isnan(g64) & np.isnan(e64)
+            same_inf = np.isinf(e64) & (g64 == e64)
+            with np.errstate(invalid="ignore"):
+                diff = np.abs(g64 - e64)
+            diff = np.where(both_nan | same_inf, 0.0, diff)
+            diff = np.where(np.isnan(diff), np.inf, diff)  # NaN on one side only
+            worst = max(worst, float(diff.max()))
+            if not np.all(diff <= atol + rtol * np.where(np.isfinite(e64), np.abs(e64), 0.0)):
+                ok = False
+                notes.append(f"output {i} beyond rtol={rtol:g} atol={atol:g}")
+        else:
+            mismatches = int(np.count_nonzero(g != e))
+            worst = max(worst, float(mismatches))
+            if mismatches:
+                ok = False
+                notes.append(f"output {i}: {mismatches} elements differ")
+    return worst, ok, notes
+
+
+def sweep(tf, ops: list[str] | None = None, seed: int = 0) -> list[Row]:
+    wasm = f"/device:{device_type()}:0"
+    registered = registered_ops(device_type())
+    names = sorted(registered) if not ops else ops
+    rows: list[Row] = []
+    tf.config.set_soft_device_placement(False)
+    for op in names:
+        if op not in registered:
+            rows.append(Row(op, "-", "-", None, False, f"not registered for {device_type()}"))
+            continue
+        spec = SPECS.get(op)
+        if spec is None:
+            dtypes = ", ".join(sorted({"/".join(t for ts in reg.values() for t in ts) or "-" for reg in registered[op]}))
+            rows.append(Row(op, dtypes, "-", None, False, "no sweep case for this op"))
+            continue
+        rng = np.random.default_rng(seed)
+        for case in spec.cases(tf, rng):
+            dtype, shapes = describe(case.args)
+            try:
+                error, ok, note = run_case(tf, op, case, spec.tol, wasm)
+            except Exception as exc:  # a failure of the op is a row, not the end of the sweep
+                message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                error, ok, note = None, False, f"{type(exc).__name__}: {message[:160]}"
+            rows.append(Row(op, dtype, shapes, error, ok, note))
+    return rows
+
+
+def format_rows(rows: list[Row], quiet: bool = False) -> str:
+    header = ("op", "dtype", "shapes", "max error", "result")
+    body = [
+        (r.op, r.dtype, r.shapes, "-" if r.error is None else f"{r.error:.3g}", "pass" if r.ok else f"FAIL {r.note}".strip())
+        for r in rows
+        if not quiet or not r.ok
+    ]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for b in body:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(b, widths)).rstrip())
+    failed = sum(not r.ok for r in rows)
+    ops = len({r.op for r in rows})
+    lines.append("")
+    lines.append(f"{len(rows)} cases over {ops} ops: {len(rows) - failed} passed, {failed} failed")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tfwasm sweep", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ops", help="comma-separated op names (default: every op registered for the device)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quiet", action="store_true", help="print only failing rows and the summary")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    if not tf.config.list_physical_devices(device_type()):
+        print(f"tfwasm sweep: TensorFlow lists no {device_type()} device: is the plugin installed?", file=sys.stderr)
+        return 2
+    rows = sweep(tf, args.ops.split(",") if args.ops else None, args.seed)
+    print(format_rows(rows, args.quiet))
+    return 0 if all(r.ok for r in rows) else 1

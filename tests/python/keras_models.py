@@ -1,0 +1,109 @@
+"""The Keras programs the training-parity tests and the benchmarks run.
+
+Plain Keras 3, nothing tfwasm-specific: the point is that a user's program
+runs unchanged. Used as a script (one training run, results as JSON on the
+last line of stdout) and as a module (the benchmarks build the same models).
+
+    python keras_models.py --model mlp|cnn [--epochs 3] [--jit false|default]
+
+Placement is left to TensorFlow, which puts every op with a WASM kernel on
+the WASM device. The CPU reference run uses a policy with
+``[device] count = 0``, so the plugin loads but lists no device.
+(``tf.config.set_visible_devices`` does not hide a PluggableDevice in
+TensorFlow 2.21.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+SEED = 1234
+SAMPLES = 512
+BATCH = 32
+
+
+def data(model: str):
+    import numpy as np
+
+    rng = np.random.default_rng(SEED)
+    if model == "mlp":
+        x = rng.standard_normal((SAMPLES, 20)).astype(np.float32)
+        w = rng.standard_normal((20, 10)).astype(np.float32)
+        y = np.argmax(x @ w + 0.5 * rng.standard_normal((SAMPLES, 10)), axis=1).astype(np.int64)
+    else:
+        x = rng.random((SAMPLES, 28, 28, 1)).astype(np.float32)
+        y = (x[:, 8:20, 8:20, 0].mean(axis=(1, 2)) * 10).astype(np.int64) % 10
+    return x, y
+
+
+def build(model: str):
+    import keras
+    from keras import layers
+
+    if model == "mlp":
+        net = keras.Sequential([
+            keras.Input((20,)),
+            layers.Dense(64, activation="relu"),
+            layers.Dense(64, activation="relu"),
+            layers.Dense(10),
+        ])
+    else:
+        net = keras.Sequential([
+            keras.Input((28, 28, 1)),
+            layers.Conv2D(8, 3, activation="relu", padding="same"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(16, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dropout(0.25),
+            layers.Dense(10),
+        ])
+    return net
+
+
+def compile_model(net, jit_compile):
+    import keras
+
+    kwargs = {} if jit_compile == "default" else {"jit_compile": jit_compile}
+    net.compile(
+        optimizer="adam",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+        **kwargs,
+    )
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", choices=["mlp", "cnn"], required=True)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--jit", choices=["false", "default"], default="false")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    import keras
+
+    keras.utils.set_random_seed(SEED)
+    x, y = data(args.model)
+    net = build(args.model)
+    compile_model(net, False if args.jit == "false" else "default")
+    history = net.fit(x, y, batch_size=BATCH, epochs=args.epochs, shuffle=False, verbose=0)
+    weights_device = net.trainable_variables[0].value.device
+    result = {
+        "loss": [float(v) for v in history.history["loss"]],
+        "accuracy": [float(v) for v in history.history["accuracy"]],
+        "eval_loss": float(net.evaluate(x, y, batch_size=BATCH, verbose=0)[0]),
+        "predict_sum": float(net.predict(x[:64], batch_size=BATCH, verbose=0).sum()),
+        "weights_device": weights_device,
+        "devices": sorted({d.device_type for d in tf.config.list_logical_devices()}),
+    }
+    sys.stdout.flush()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Keras trains unchanged on the WASM device, to the same losses as on the CPU.
+
+Each model is trained twice in fresh interpreters from the same seeds and
+data: once with the plugin listing its device (placement left to
+TensorFlow), once with a policy of ``[device] count = 0`` (the plugin loads,
+no WASM device exists, everything runs on TensorFlow's CPU kernels). The
+losses of 3 epochs must agree, and ``python -m tfwasm coverage`` must count
+at least 95% of the train step's compute nodes on WASM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfwasm_support import REPO_ROOT, make_policy, reference_guest_path, subprocess_env, toml_dumps
+
+SCRIPT = REPO_ROOT / "tests" / "python" / "keras_models.py"
+PACKAGE = REPO_ROOT / "host" / "python"
+TIMEOUT = 900
+
+# Float32 training on two kernel sets (oneDNN/Eigen vs ours) differs in
+# summation order; Adam keeps those differences small over 3 epochs.
+LOSS_RTOL = 2e-3
+MIN_SHARE_ON_WASM = 0.95
+
+
+def run(args: list[str], env: dict, tmp_path, label: str) -> tuple[dict, str]:
+    done = subprocess.run(
+        [sys.executable, *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 0, f"{label} failed:\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"{label}: no result line:\n{done.stdout[-4000:]}"
+    return json.loads(lines[-1]), done.stdout
+
+
+def env_with_package(policy_path=None) -> dict:
+    env = subprocess_env(policy_path=policy_path)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE), env.get("PYTHONPATH")]))
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    return env
+
+
+@pytest.fixture(scope="module")
+def cpu_policy(tmp_path_factory):
+    path = tmp_path_factory.mktemp("policy") / "no-device.toml"
+    path.write_text(toml_dumps(make_policy(reference_guest_path(), count=0)), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_training_matches_cpu_and_runs_on_wasm(model, tmp_path, cpu_policy):
+    coverage_json = tmp_path / "coverage.json"
+    wasm, _ = run(
+        ["-m", "tfwasm", "coverage", "--json", str(coverage_json), "--", str(SCRIPT), "--model", model],
+        env_with_package(),
+        tmp_path,
+        f"{model} on WASM",
+    )
+    cpu, _ = run([str(SCRIPT), "--model", model], env_with_package(cpu_policy), tmp_path, f"{model} on CPU")
+
+    assert cpu["devices"] == ["CPU"], "the reference run must not see a WASM device"
+    assert wasm["devices"] == ["CPU", "WASM"]
+    assert wasm["weights_device"].endswith("WASM:0")
+    assert len(wasm["loss"]) == 3
+    np.testing.assert_allclose(wasm["loss"], cpu["loss"], rtol=LOSS_RTOL, err_msg=f"{model}: losses per epoch")
+    np.testing.assert_allclose(wasm["eval_loss"], cpu["eval_loss"], rtol=LOSS_RTOL)
+    assert wasm["loss"][-1] < wasm["loss"][0], "the model did not learn"
+
+    coverage = json.loads(coverage_json.read_text())
+    on, total = coverage["compute_nodes_on_device"], coverage["compute_nodes"]
+    assert total > 50, f"too few compute nodes counted ({total}): is the placement log parsed?"
+    share = on / total
+    fallbacks = sorted({e["op"] for e in coverage["nodes"] if not e["device"].startswith("WASM")} & set(coverage["fallbacks"]))
+    assert share >= MIN_SHARE_ON_WASM, f"{model}: {on}/{total} = {share:.1%} compute nodes on WASM; on CPU: {fallbacks}"
