@@ -6,7 +6,12 @@ Prints, in one run:
     float32 tensor), on the plugin device and on the CPU, and WASM ÷ CPU;
 (b) MatMul throughput on 1024×1024 float32 (GFLOP/s), plugin device and CPU,
     and WASM ÷ CPU;
-(c) the same for 2048×2048 when the 1024 run says it will be quick.
+(c) the same for 2048×2048 when the 1024 run says it will be quick;
+(d) Keras MLP train-step time (784→512→256→10, batch 128) and
+(e) small-CNN train-step time (Conv2D+MaxPool ×2, Dropout, Dense; batch 64):
+    medians from fresh processes that alternate between the plugin device and
+    a reference process whose policy lists no device (TensorFlow's CPU kernels
+    only), both with ``jit_compile=False`` (see bench_keras.py).
 
 Both devices get the same inputs, placed on the device before timing, and
 every timed batch ends by copying its last result to the host, so queued
@@ -108,6 +113,35 @@ def matmul_throughput(tf, device: str, n: int, samples: int, per_sample: int, wa
     return 2.0 * n**3 / seconds / 1e9, seconds, ran_on[-1]
 
 
+def train_step_ratio(model: str, rounds: int, steps: int, device_type: str):
+    """Median train-step seconds (plugin, CPU) over ``rounds`` alternating process pairs."""
+    import subprocess
+    import tempfile
+
+    from tfwasm_support import make_policy, reference_guest_path, subprocess_env, toml_dumps
+
+    worker = Path(__file__).resolve().parent / "bench_keras.py"
+    with tempfile.TemporaryDirectory() as tmp:
+        no_device = Path(tmp) / "no-device.toml"
+        no_device.write_text(toml_dumps(make_policy(reference_guest_path(), count=0)), encoding="utf-8")
+        samples = {"plugin": [], "cpu": []}
+        placed = {}
+        for _ in range(rounds):
+            for kind, policy in (("plugin", None), ("cpu", no_device)):
+                env = subprocess_env(policy_path=policy)
+                env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+                done = subprocess.run(
+                    [sys.executable, str(worker), "--model", model, "--steps", str(steps)],
+                    env=env, capture_output=True, text=True, errors="replace", timeout=1800,
+                )
+                values = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("STEP_SECONDS", "WEIGHTS_ON")))
+                if done.returncode != 0 or "STEP_SECONDS" not in values:
+                    sys.exit(f"bench_tf: the {model} worker ({kind}) failed:\n{done.stderr[-3000:]}")
+                samples[kind].append(float(values["STEP_SECONDS"]))
+                placed[kind] = values.get("WEIGHTS_ON", "?")
+    return statistics.median(samples["plugin"]), statistics.median(samples["cpu"]), placed
+
+
 def short(device_name: str) -> str:
     return device_name.rsplit("/", 1)[-1].replace("device:", "")
 
@@ -119,6 +153,9 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=7, help="samples per MatMul size")
     parser.add_argument("--warmup", type=int, default=2, help="warm-up batches per MatMul size")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds the 2048 run may take, or it is skipped")
+    parser.add_argument("--train-rounds", type=int, default=3, help="process pairs per Keras model")
+    parser.add_argument("--train-steps", type=int, default=60, help="timed train steps per process")
+    parser.add_argument("--skip-keras", action="store_true", help="skip (d) and (e)")
     args = parser.parse_args()
 
     tf = load_tensorflow()
@@ -154,6 +191,14 @@ def main() -> int:
         print(f"    {device_type:<5} {wasm_gflops:8.2f} GFLOP/s  ({wasm_s * 1e3:8.2f} ms/op, ran on {short(wasm_on)})")
         print(f"    {'CPU':<5} {cpu_gflops:8.2f} GFLOP/s  ({cpu_s * 1e3:8.2f} ms/op, ran on {short(cpu_on)})")
         print(f"    {device_type} / CPU = {wasm_gflops / cpu_gflops:.2f}\n")
+
+    if not args.skip_keras:
+        for label, model, what in (("d", "mlp", "Keras MLP 784-512-256-10, batch 128"), ("e", "cnn", "Keras small CNN, batch 64")):
+            wasm_step, cpu_step, placed = train_step_ratio(model, args.train_rounds, args.train_steps, device_type)
+            print(f"({label}) {what}: train-step time (jit_compile=False)")
+            print(f"    {device_type:<5} {wasm_step * 1e3:8.2f} ms/step  (weights on {short(placed['plugin'])})")
+            print(f"    {'CPU':<5} {cpu_step * 1e3:8.2f} ms/step  (weights on {short(placed['cpu'])})")
+            print(f"    {device_type} / CPU = {wasm_step / cpu_step:.2f}\n")
 
     if not wasm_on.endswith(f"{device_type}:0"):
         print(f"note: MatMul results landed on {short(wasm_on)}: the plugin has no MatMul kernel in this build,")

@@ -1,0 +1,86 @@
+"""One Keras training benchmark worker: median train-step time of a model.
+
+Run by bench_tf.py, once with the WASM device listed and once with a
+policy of ``[device] count = 0`` (TensorFlow's CPU kernels only), in
+alternating fresh processes. Prints ``STEP_SECONDS <median>`` and the
+device the weights live on. Both runs use ``jit_compile=False``: XLA
+exists only for the CPU, and the comparison is kernel against kernel.
+
+    python bench_keras.py --model mlp|cnn [--steps 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+
+def build(model: str):
+    import keras
+    from keras import layers
+
+    if model == "mlp":
+        # An MNIST-sized MLP.
+        net = keras.Sequential([
+            keras.Input((784,)),
+            layers.Dense(512, activation="relu"),
+            layers.Dense(256, activation="relu"),
+            layers.Dense(10),
+        ])
+        shape, batch = (784,), 128
+    else:
+        # The small CNN of the training-parity test.
+        net = keras.Sequential([
+            keras.Input((28, 28, 1)),
+            layers.Conv2D(8, 3, activation="relu", padding="same"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(16, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dropout(0.25),
+            layers.Dense(10),
+        ])
+        shape, batch = (28, 28, 1), 64
+    net.compile(
+        optimizer="adam",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=False,
+    )
+    return net, shape, batch
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", choices=["mlp", "cnn"], required=True)
+    parser.add_argument("--steps", type=int, default=60)
+    args = parser.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(7)
+    net, shape, batch = build(args.model)
+    rng = np.random.default_rng(7)
+    x = rng.random((batch * args.steps, *shape)).astype(np.float32)
+    y = rng.integers(0, 10, size=batch * args.steps).astype(np.int64)
+
+    ends = []
+
+    class Clock(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            ends.append(time.perf_counter())
+
+    net.fit(x[: batch * 5], y[: batch * 5], batch_size=batch, epochs=1, verbose=0)  # trace and warm up
+    ends.clear()
+    net.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[Clock()])
+    steps = [b - a for a, b in zip(ends, ends[1:])]
+    print(f"STEP_SECONDS {statistics.median(steps):.9f}")
+    print(f"WEIGHTS_ON {net.trainable_variables[0].value.device}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
