@@ -344,6 +344,23 @@ struct Context<'a> {
     status: &'a OwnedStatus,
 }
 
+/// Which tensor of the node an error is about (formatted only on error:
+/// the compute path allocates no strings).
+#[derive(Clone, Copy)]
+enum Slot {
+    Input(usize),
+    Output(usize),
+}
+
+impl std::fmt::Display for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Slot::Input(i) => write!(f, "input {i}"),
+            Slot::Output(i) => write!(f, "output {i}"),
+        }
+    }
+}
+
 /// Releases a `TF_Tensor` handle when the [`Tensor`] over it is dropped.
 struct TensorHandle(NonNull<TF_Tensor>);
 
@@ -368,10 +385,28 @@ impl Context<'_> {
         }
     }
 
+    /// A new handle on input `index`.
+    fn input_handle(&self, index: usize) -> Result<TensorHandle, Error> {
+        let count = self.num_inputs();
+        if index >= count {
+            return Err(Error::Internal(format!("{}: input {index} requested, the node has {count}", self.op)));
+        }
+        let mut raw: *mut TF_Tensor = ptr::null_mut();
+        self.status.clear();
+        // SAFETY: `raw` is live for this compute call, the index is in
+        // range, the out-pointer is valid, `status` is live. On success
+        // TensorFlow gives us a new handle, owned by the returned value.
+        unsafe { TF_GetInput(self.raw.as_ptr(), index as c_int, &mut raw, self.status.as_ptr()) };
+        self.status.outcome().map_err(|failure| failure.context(format!("{}: cannot read input {index}", self.op)))?;
+        NonNull::new(raw)
+            .map(TensorHandle)
+            .ok_or_else(|| Error::Internal(format!("{}: TensorFlow returned no tensor for input {index}", self.op)))
+    }
+
     /// Wraps a handle TensorFlow gave us, checking its dtype, shape and
     /// byte size.
-    fn wrap(&self, raw: NonNull<TF_Tensor>, what: &str, writable: bool) -> Result<Tensor, Error> {
-        let handle = TensorHandle(raw);
+    fn wrap(&self, handle: TensorHandle, what: Slot, writable: bool) -> Result<Tensor, Error> {
+        let raw = handle.0;
         let bad = |reason: String| Error::Internal(format!("{}: {what} {reason}", self.op));
         // SAFETY: `raw` is a live handle we own (in `handle`).
         let tf_type = unsafe { TF_TensorType(raw.as_ptr()) };
@@ -422,20 +457,8 @@ impl OpContext for Context<'_> {
     }
 
     fn input(&self, index: usize) -> Result<Tensor, Error> {
-        let count = self.num_inputs();
-        if index >= count {
-            return Err(Error::Internal(format!("{}: input {index} requested, the node has {count}", self.op)));
-        }
-        let mut raw: *mut TF_Tensor = ptr::null_mut();
-        self.status.clear();
-        // SAFETY: `raw` is live for this compute call, the index is in
-        // range, the out-pointer is valid, `status` is live. On success
-        // TensorFlow gives us a new handle, owned by the returned Tensor.
-        unsafe { TF_GetInput(self.raw.as_ptr(), index as c_int, &mut raw, self.status.as_ptr()) };
-        self.status.outcome().map_err(|failure| failure.context(format!("{}: cannot read input {index}", self.op)))?;
-        let raw = NonNull::new(raw)
-            .ok_or_else(|| Error::Internal(format!("{}: TensorFlow returned no tensor for input {index}", self.op)))?;
-        self.wrap(raw, &format!("input {index}"), false)
+        let handle = self.input_handle(index)?;
+        self.wrap(handle, Slot::Input(index), false)
     }
 
     fn output_dtype(&self, index: usize) -> Result<DType, Error> {
@@ -473,21 +496,12 @@ impl OpContext for Context<'_> {
         })?;
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::Internal(format!("{}: TensorFlow returned no output tensor", self.op)))?;
-        self.wrap(raw, &format!("output {index}"), true)
+        self.wrap(TensorHandle(raw), Slot::Output(index), true)
     }
 
     fn forward_input(&self, input: usize, output: usize) -> Result<(), Error> {
         let c_output = self.check_output_index(output)?;
-        let tensor = self.input(input)?;
-        drop(tensor);
-        let mut raw: *mut TF_Tensor = ptr::null_mut();
-        self.status.clear();
-        // SAFETY: as in `input` (the index was just checked).
-        unsafe { TF_GetInput(self.raw.as_ptr(), input as c_int, &mut raw, self.status.as_ptr()) };
-        self.status.outcome().map_err(|failure| failure.context(format!("{}: cannot read input {input}", self.op)))?;
-        let handle = TensorHandle(
-            NonNull::new(raw).ok_or_else(|| Error::Internal(format!("{}: TensorFlow returned no tensor for input {input}", self.op)))?,
-        );
+        let handle = self.input_handle(input)?;
         self.status.clear();
         // SAFETY: `raw` is live, the output index is in range, the handle is
         // live (TensorFlow copies the tensor reference), `status` is live.
