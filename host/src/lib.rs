@@ -10,8 +10,9 @@
 //!                                   └──▶ kernels/ on rayon (compute, no guest involved)
 //! ```
 //!
-//! - [`abi`]: every `extern "C"` item (StreamExecutor, kernels), `#[repr(C)]`
-//!   mirrors, status reporting, panic containment. No logic.
+//! - [`abi`]: every `extern "C"` item (StreamExecutor, kernels, graph
+//!   optimizer), `#[repr(C)]` mirrors, status reporting, panic containment.
+//!   No logic.
 //! - [`device`]: the [`device::Device`] a TensorFlow device maps to: its
 //!   [`device::DeviceArena`] (host-addressable memory whose placement the guest
 //!   decides and the host verifies) and its streams (work queues ordered by
@@ -20,6 +21,9 @@
 //!   memory caps, per-call epoch deadlines, trap recovery.
 //! - [`policy`]: the serde manifest that says which guest runs with which limits.
 //! - [`kernels`]: native compute kernels registered through `TF_InitKernel`.
+//! - [`graph`]: the graph pass registered through `TF_InitGraph`; it works on
+//!   the serialized GraphDef and lets `jit_compile=True` calls placed on the
+//!   device run without XLA.
 //!
 //! ## Unsafe code
 //!
@@ -31,6 +35,7 @@ pub mod abi;
 pub mod config;
 pub mod device;
 pub mod error;
+pub mod graph;
 pub mod kernels;
 pub mod policy;
 pub mod sandbox;

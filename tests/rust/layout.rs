@@ -1,10 +1,11 @@
 //! Every `#[repr(C)]` mirror of `tfwasm::abi::ffi` against the C headers that
-//! ship in the installed TensorFlow wheel.
+//! ship in the installed TensorFlow wheel: `stream_executor.h`, and
+//! `grappler.h` with the `tf_buffer.h` and `tf_datatype.h` it includes.
 //!
 //! One table (the `layouts!` invocation below) names each struct and its
 //! fields in header order. From it the test writes a C program that prints
 //! `offsetof`, `sizeof` and alignment of every field, each struct's size and
-//! its `*_STRUCT_SIZE` macro, plus the enum and version constants; compiles it
+//! its `*_STRUCT_SIZE` macro (for the structs that have one), plus the enum and version constants; compiles it
 //! with `cc` against the wheel's include directory; runs it; and compares
 //! every number with what rustc computed for our mirrors.
 //!
@@ -19,16 +20,22 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
+use tfwasm::abi::ffi::grappler::*;
+use tfwasm::abi::ffi::kernels::{self, TF_DataType};
 use tfwasm::abi::ffi::status::{self, TF_Code};
 use tfwasm::abi::ffi::stream_executor::*;
 
-const HEADER: &str = "tensorflow/c/experimental/stream_executor/stream_executor.h";
+const HEADERS: [&str; 2] = [
+    "tensorflow/c/experimental/stream_executor/stream_executor.h",
+    "tensorflow/c/experimental/grappler/grappler.h",
+];
 
 struct StructLayout {
     name: &'static str,
-    /// The header's `TF_OFFSET_OF_END` macro, compared with `struct_size()`.
-    size_macro: &'static str,
-    struct_size: usize,
+    /// The header's `TF_OFFSET_OF_END` macro, compared with `struct_size()`;
+    /// `None` for a struct without `struct_size` (`TF_Buffer`).
+    size_macro: Option<&'static str>,
+    struct_size: Option<usize>,
     size: usize,
     align: usize,
     fields: Vec<FieldLayout>,
@@ -59,15 +66,26 @@ macro_rules! c_name {
     };
 }
 
-/// `Struct / STRUCT_SIZE_MACRO { field, field as "c_name", ... }`, fields in header order.
+/// The size macro and `struct_size()` of a row, if it names a macro.
+macro_rules! struct_size {
+    ($ty:ident) => {
+        (None::<&'static str>, None::<usize>)
+    };
+    ($ty:ident $size_macro:ident) => {
+        (Some(stringify!($size_macro)), Some($ty::struct_size()))
+    };
+}
+
+/// `Struct / STRUCT_SIZE_MACRO { field, field as "c_name", ... }`, fields in
+/// header order; `Struct { ... }` for a struct without `struct_size`.
 macro_rules! layouts {
-    ($( $ty:ident / $size_macro:ident { $( $field:ident $(as $c:literal)? ),+ $(,)? } )+) => {
+    ($( $ty:ident $(/ $size_macro:ident)? { $( $field:ident $(as $c:literal)? ),+ $(,)? } )+) => {
         fn layouts() -> Vec<StructLayout> {
             vec![$(
                 StructLayout {
                     name: stringify!($ty),
-                    size_macro: stringify!($size_macro),
-                    struct_size: $ty::struct_size(),
+                    size_macro: struct_size!($ty $($size_macro)?).0,
+                    struct_size: struct_size!($ty $($size_macro)?).1,
                     size: size_of::<$ty>(),
                     align: align_of::<$ty>(),
                     fields: vec![$(
@@ -131,6 +149,22 @@ layouts! {
         struct_size, ext, major_version, minor_version, patch_version,
         platform, platform_fns, destroy_platform, destroy_platform_fns,
     }
+    // GO 0.0.1, `grappler.h` and `tf_buffer.h` of TensorFlow 2.21.
+    TF_Buffer { data, length, data_deallocator }
+    TP_OptimizerConfigs / TP_OPTIMIZER_CONFIGS_STRUCT_SIZE {
+        struct_size, ext, disable_model_pruning, implementation_selector,
+        function_optimization, common_subgraph_elimination, arithmetic_optimization,
+        debug_stripper, constant_folding, shape_optimization, auto_mixed_precision,
+        auto_mixed_precision_onednn_bfloat16, auto_mixed_precision_mkl,
+        pin_to_host_optimization, layout_optimizer, remapping, loop_optimization,
+        dependency_optimization, auto_parallel, memory_optimization,
+        scoped_allocator_optimization,
+    }
+    TP_Optimizer / TP_OPTIMIZER_STRUCT_SIZE { struct_size, ext, create_func, optimize_func, destroy_func }
+    TP_OptimizerRegistrationParams / TP_OPTIMIZER_REGISTRATION_PARAMS_STRUCT_SIZE {
+        struct_size, ext, major_version, minor_version, patch_version,
+        device_type, optimizer_configs, optimizer,
+    }
 }
 
 /// Integer constants and scalar type sizes: (C expression, our value).
@@ -147,7 +181,32 @@ fn constants() -> Vec<(&'static str, i64)> {
         ("sizeof(SE_EventStatus)", size_of::<SE_EventStatus>() as i64),
         ("sizeof(TF_Bool)", size_of::<TF_Bool>() as i64),
         ("sizeof(TF_Code)", size_of::<TF_Code>() as i64),
+        ("GO_MAJOR", GO_MAJOR as i64),
+        ("GO_MINOR", GO_MINOR as i64),
+        ("GO_PATCH", GO_PATCH as i64),
+        (
+            "TF_TriState_Default",
+            TF_TriState::TF_TriState_Default as i64,
+        ),
+        ("TF_TriState_Off", TF_TriState::TF_TriState_Off as i64),
+        ("TF_TriState_On", TF_TriState::TF_TriState_On as i64),
+        ("sizeof(TF_TriState)", size_of::<TF_TriState>() as i64),
+        ("sizeof(TF_DataType)", size_of::<TF_DataType>() as i64),
     ];
+    constants.extend(
+        [
+            ("TF_FLOAT", kernels::TF_FLOAT),
+            ("TF_DOUBLE", kernels::TF_DOUBLE),
+            ("TF_INT32", kernels::TF_INT32),
+            ("TF_UINT8", kernels::TF_UINT8),
+            ("TF_INT64", kernels::TF_INT64),
+            ("TF_BOOL", kernels::TF_BOOL),
+            ("TF_BFLOAT16", kernels::TF_BFLOAT16),
+            ("TF_HALF", kernels::TF_HALF),
+            ("TF_UINT64", kernels::TF_UINT64),
+        ]
+        .map(|(name, dtype)| (name, dtype as i64)),
+    );
     constants.extend(
         [
             ("TF_OK", status::TF_OK),
@@ -180,7 +239,9 @@ fn probes() -> Vec<(String, i64)> {
         let ty = s.name;
         probes.push((format!("sizeof({ty})"), s.size as i64));
         probes.push((format!("__alignof__({ty})"), s.align as i64));
-        probes.push((s.size_macro.to_string(), s.struct_size as i64));
+        if let (Some(size_macro), Some(struct_size)) = (s.size_macro, s.struct_size) {
+            probes.push((size_macro.to_string(), struct_size as i64));
+        }
         for f in &s.fields {
             let member = format!("((({ty} *)0)->{})", f.c);
             probes.push((format!("offsetof({ty}, {})", f.c), f.offset as i64));
@@ -218,11 +279,13 @@ fn include_dir() -> PathBuf {
             }
         }
     };
-    assert!(
-        dir.join(HEADER).is_file(),
-        "no {HEADER} under {}: {HINT}",
-        dir.display()
-    );
+    for header in HEADERS {
+        assert!(
+            dir.join(header).is_file(),
+            "no {header} under {}: {HINT}",
+            dir.display()
+        );
+    }
     dir
 }
 
@@ -231,9 +294,11 @@ fn c_values() -> &'static BTreeMap<String, i64> {
     static VALUES: OnceLock<BTreeMap<String, i64>> = OnceLock::new();
     VALUES.get_or_init(|| {
         let include = include_dir();
-        let mut source = format!(
-            "#include <stddef.h>\n#include <stdio.h>\n#include \"{HEADER}\"\n\nint main(void) {{\n"
-        );
+        let mut source = String::from("#include <stddef.h>\n#include <stdio.h>\n");
+        for header in HEADERS {
+            writeln!(source, "#include \"{header}\"").unwrap();
+        }
+        source.push_str("\nint main(void) {\n");
         for (expr, _) in probes() {
             writeln!(source, "  printf(\"%lld\\n\", (long long)({expr}));").unwrap();
         }
@@ -343,10 +408,12 @@ fn the_table_lists_every_field() {
             "{}: a field is missing from the layout table at the end",
             s.name
         );
-        assert_eq!(
-            s.struct_size, end,
-            "{}::struct_size() must end at its last field",
-            s.name
-        );
+        if let Some(struct_size) = s.struct_size {
+            assert_eq!(
+                struct_size, end,
+                "{}::struct_size() must end at its last field",
+                s.name
+            );
+        }
     }
 }

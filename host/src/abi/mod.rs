@@ -7,6 +7,7 @@
 //! No device logic lives here.
 
 pub mod ffi;
+pub mod graph;
 pub mod kernels;
 pub mod stream_executor;
 

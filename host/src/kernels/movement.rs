@@ -1,5 +1,1716 @@
-//! (being written)
+//! Float32 data movement: Transpose, ConcatV2, Pack, Unpack, Slice,
+//! StridedSlice(Grad), Tile, Pad(V2), Fill, GatherV2, OneHot, AddN,
+//! BroadcastTo and Snapshot.
+//!
+//! Most of these read a *strided view* of their input: every output element
+//! (in row-major order) comes from `offset + Σ index[i] · step[i]` of the
+//! input. A [`View`] is collapsed first — size-1 dimensions dropped,
+//! neighbours that are contiguous in the input merged — so a slice of whole
+//! rows becomes a few long copies and a transpose that keeps the last
+//! dimension becomes row copies. A view whose innermost step is not 1 but
+//! that has a unit-step dimension elsewhere (a real transpose) is copied in
+//! cache-sized tiles. Shapes, axes and indices (int32/int64) are read from
+//! host memory; everything else stays on the device.
+//!
+//! TensorFlow already has DEVICE_DEFAULT kernels (usable on a pluggable
+//! device) for Reshape, ExpandDims, Squeeze, Identity, IdentityN,
+//! StopGradient, Shape, ShapeN, Size, Rank and BroadcastGradientArgs, so
+//! those are not registered here. ZerosLike/OnesLike belong to `unary`.
 
-use super::KernelDef;
+use rayon::prelude::*;
 
-pub const KERNELS: &[KernelDef] = &[];
+use super::pool;
+use super::shape::{element_count, Broadcast, ShapeDisplay};
+use super::{expect_inputs, types, Attrs, DType, FnKernel, Kernel, KernelDef, OpContext, Tensor};
+use crate::error::Error;
+
+const fn t_idx(index_attr: &'static str) -> [(&'static str, &'static [DType]); 2] {
+    [("T", types::F32), (index_attr, types::INDEX)]
+}
+
+const TRANSPOSE_TYPES: &[(&str, &[DType])] = &t_idx("Tperm");
+const TIDX_TYPES: &[(&str, &[DType])] = &t_idx("Tidx");
+const INDEX_TYPES: &[(&str, &[DType])] = &t_idx("Index");
+const TILE_TYPES: &[(&str, &[DType])] = &t_idx("Tmultiples");
+const PAD_TYPES: &[(&str, &[DType])] = &t_idx("Tpaddings");
+const FILL_TYPES: &[(&str, &[DType])] = &t_idx("index_type");
+const ONEHOT_TYPES: &[(&str, &[DType])] = &t_idx("TI");
+const GATHER_TYPES: &[(&str, &[DType])] =
+    &[("Tparams", types::F32), ("Tindices", types::INDEX), ("Taxis", types::INDEX)];
+
+pub const KERNELS: &[KernelDef] = &[
+    KernelDef::new("Transpose", TRANSPOSE_TYPES, |_| Ok(Box::new(FnKernel(transpose)))).host_memory(&["perm"]),
+    KernelDef::new("ConcatV2", TIDX_TYPES, |_| Ok(Box::new(FnKernel(concat_v2)))).host_memory(&["axis"]),
+    KernelDef::new("Pack", types::T_F32, build_pack),
+    KernelDef::new("Unpack", types::T_F32, build_unpack),
+    KernelDef::new("Slice", INDEX_TYPES, |_| Ok(Box::new(FnKernel(slice)))).host_memory(&["begin", "size"]),
+    KernelDef::new("StridedSlice", INDEX_TYPES, |a| Ok(Box::new(StridedSlice { masks: Masks::read(a)?, grad: false })))
+        .host_memory(&["begin", "end", "strides"]),
+    KernelDef::new("StridedSliceGrad", INDEX_TYPES, |a| Ok(Box::new(StridedSlice { masks: Masks::read(a)?, grad: true })))
+        .host_memory(&["shape", "begin", "end", "strides"]),
+    KernelDef::new("Tile", TILE_TYPES, |_| Ok(Box::new(FnKernel(tile)))).host_memory(&["multiples"]),
+    KernelDef::new("Pad", PAD_TYPES, |_| Ok(Box::new(Pad { v2: false }))).host_memory(&["paddings"]),
+    KernelDef::new("PadV2", PAD_TYPES, |_| Ok(Box::new(Pad { v2: true }))).host_memory(&["paddings"]),
+    KernelDef::new("Fill", FILL_TYPES, |_| Ok(Box::new(FnKernel(fill)))).host_memory(&["dims"]),
+    KernelDef::new("GatherV2", GATHER_TYPES, |a| Ok(Box::new(GatherV2 { batch_dims: a.int("batch_dims").unwrap_or(0) })))
+        .host_memory(&["axis"]),
+    KernelDef::new("OneHot", ONEHOT_TYPES, |a| Ok(Box::new(OneHot { axis: a.int("axis")? }))).host_memory(&["depth"]),
+    KernelDef::new("AddN", types::T_F32, |_| Ok(Box::new(FnKernel(add_n)))),
+    KernelDef::new("BroadcastTo", TIDX_TYPES, |_| Ok(Box::new(FnKernel(broadcast_to)))).host_memory(&["shape"]),
+    KernelDef::new("Snapshot", types::T_F32, |_| Ok(Box::new(FnKernel(snapshot)))),
+];
+
+fn invalid(op: &str, message: String) -> Error {
+    Error::InvalidArgument(format!("{op}: {message}"))
+}
+
+/// Below this many output elements an op runs on the calling thread.
+const PARALLEL_MIN_ELEMENTS: usize = 32 * 1024;
+const CHUNKS_PER_THREAD: usize = 4;
+
+/// Calls `work(first_row, rows)` on consecutive groups of whole rows of
+/// `out` (rows of `row_len` elements), on the pool when `out` is large.
+fn par_rows(out: &mut [f32], row_len: usize, work: impl Fn(usize, &mut [f32]) + Sync) {
+    if out.is_empty() || row_len == 0 {
+        return;
+    }
+    let rows = out.len() / row_len;
+    let threads = pool::threads();
+    if out.len() < PARALLEL_MIN_ELEMENTS || threads == 1 || rows == 1 {
+        work(0, out);
+        return;
+    }
+    let chunk_rows = rows.div_ceil(threads * CHUNKS_PER_THREAD).max((16 * 1024usize).div_ceil(row_len));
+    pool::install(|| {
+        out.par_chunks_mut(chunk_rows * row_len).enumerate().for_each(|(i, chunk)| work(i * chunk_rows, chunk));
+    });
+}
+
+/// Row-major strides of `shape`.
+fn strides_of(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    strides
+}
+
+/// Sizes from a host int tensor, each non-negative.
+fn sizes(op: &str, what: &str, values: &[i64]) -> Result<Vec<usize>, Error> {
+    values
+        .iter()
+        .map(|&v| usize::try_from(v).map_err(|_| invalid(op, format!("{what} must be non-negative, got {values:?}"))))
+        .collect()
+}
+
+fn checked_count(op: &str, shape: &[usize]) -> Result<usize, Error> {
+    element_count(shape)
+        .filter(|&n| isize::try_from(n).is_ok())
+        .ok_or_else(|| invalid(op, format!("shape {} has too many elements", ShapeDisplay(shape))))
+}
+
+/// `axis` in `[-rank, rank)` made non-negative.
+fn normalize_axis(op: &str, axis: i64, rank: usize) -> Result<usize, Error> {
+    let r = rank as i64;
+    if axis < -r || axis >= r {
+        return Err(invalid(op, format!("Expected axis in the range [{}, {r}), but got {axis}", -r)));
+    }
+    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+}
+
+// --------------------------------------------------------------- views
+
+/// Walks the multi-indices of `dims` in row-major order, tracking an input
+/// offset (steps `a`) and an output offset (steps `b`).
+struct Walk<'a> {
+    dims: &'a [usize],
+    a_steps: &'a [isize],
+    b_steps: &'a [isize],
+    index: Vec<usize>,
+    a: isize,
+    b: isize,
+}
+
+impl<'a> Walk<'a> {
+    /// Starts at row-major linear index `start`.
+    fn new(dims: &'a [usize], a_steps: &'a [isize], b_steps: &'a [isize], a: isize, b: isize, start: usize) -> Self {
+        let mut index = vec![0; dims.len()];
+        let mut rest = start;
+        let (mut a, mut b) = (a, b);
+        for i in (0..dims.len()).rev() {
+            if dims[i] > 0 {
+                index[i] = rest % dims[i];
+                rest /= dims[i];
+            }
+            a += index[i] as isize * a_steps[i];
+            b += index[i] as isize * b_steps[i];
+        }
+        Walk { dims, a_steps, b_steps, index, a, b }
+    }
+
+    fn advance(&mut self) {
+        for i in (0..self.dims.len()).rev() {
+            self.index[i] += 1;
+            self.a += self.a_steps[i];
+            self.b += self.b_steps[i];
+            if self.index[i] < self.dims[i] {
+                return;
+            }
+            self.a -= self.a_steps[i] * self.dims[i] as isize;
+            self.b -= self.b_steps[i] * self.dims[i] as isize;
+            self.index[i] = 0;
+        }
+    }
+}
+
+/// Output element `i` (row-major over `dims`) is source element
+/// `offset + Σ index[d] · steps[d]`. Collapsed: no size-1 dimension (unless
+/// the view has one element), no two neighbours contiguous in the source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct View {
+    offset: isize,
+    dims: Vec<usize>,
+    steps: Vec<isize>,
+}
+
+impl View {
+    fn new(offset: isize, dims: &[usize], steps: &[isize]) -> View {
+        let mut v = View { offset, dims: Vec::with_capacity(dims.len()), steps: Vec::with_capacity(dims.len()) };
+        for (&n, &step) in dims.iter().zip(steps) {
+            if n == 1 {
+                continue;
+            }
+            match (v.dims.last_mut(), v.steps.last_mut()) {
+                (Some(last_n), Some(last_step)) if *last_step == step * n as isize => {
+                    *last_n *= n;
+                    *last_step = step;
+                }
+                _ => {
+                    v.dims.push(n);
+                    v.steps.push(step);
+                }
+            }
+        }
+        if v.dims.is_empty() {
+            v.dims.push(1);
+            v.steps.push(1);
+        }
+        v
+    }
+
+    fn len(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    /// Fails unless every element of the view lies inside `len` elements.
+    fn check_within(&self, len: usize) -> Result<(), Error> {
+        if self.len() == 0 {
+            return Ok(());
+        }
+        let (mut lo, mut hi) = (self.offset, self.offset);
+        for (&n, &s) in self.dims.iter().zip(&self.steps) {
+            let span = (n as isize - 1) * s;
+            if span < 0 {
+                lo += span;
+            } else {
+                hi += span;
+            }
+        }
+        if lo < 0 || hi >= len as isize {
+            return Err(Error::Internal(format!("a strided view [{lo}, {hi}] outside a tensor of {len} elements")));
+        }
+        Ok(())
+    }
+
+    /// `out[i] = src[element i of the view]`.
+    fn gather(&self, src: &[f32], out: &mut [f32]) -> Result<(), Error> {
+        self.check_within(src.len())?;
+        if out.len() != self.len() {
+            return Err(Error::Internal(format!("a view of {} elements gathered into {}", self.len(), out.len())));
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        let r = self.dims.len();
+        let unit_dim = self.steps[..r - 1].iter().position(|&s| s == 1);
+        match unit_dim {
+            Some(q) if self.steps[r - 1] != 1 && self.dims[r - 1] > 1 => {
+                // A transpose: tiles between dim `q` (unit step in the
+                // source) and the last dim (unit step in the output).
+                let unit: usize = self.dims[1..].iter().product();
+                par_rows(out, unit, |first, chunk| {
+                    let mut sub = self.clone();
+                    sub.dims[0] = chunk.len() / unit;
+                    sub.offset += first as isize * self.steps[0];
+                    sub.gather_tiles(src, q, chunk);
+                });
+            }
+            _ => {
+                let n = self.dims[r - 1];
+                let step = self.steps[r - 1];
+                let outer = &self.dims[..r - 1];
+                let outer_steps = &self.steps[..r - 1];
+                let zeros = vec![0isize; r - 1];
+                par_rows(out, n, |first, chunk| {
+                    let mut walk = Walk::new(outer, outer_steps, &zeros, self.offset, 0, first);
+                    for row in chunk.chunks_exact_mut(n) {
+                        let at = walk.a as usize;
+                        if step == 1 {
+                            row.copy_from_slice(&src[at..at + n]);
+                        } else {
+                            for (j, o) in row.iter_mut().enumerate() {
+                                *o = src[(walk.a + j as isize * step) as usize];
+                            }
+                        }
+                        walk.advance();
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The tiled copy of [`View::gather`]: dim `q` has source step 1.
+    ///
+    /// Blocks of 16×16 go through a small buffer: each of the 16 source
+    /// lines is read as 16 contiguous values, each output line written as
+    /// 16 contiguous values, so no cache line has to survive between the
+    /// two halves (power-of-two strides alias in the cache otherwise).
+    fn gather_tiles(&self, src: &[f32], q: usize, out: &mut [f32]) {
+        const TILE: usize = 16;
+        const MACRO: usize = 64;
+        let r = self.dims.len();
+        let out_strides: Vec<isize> = strides_of(&self.dims).iter().map(|&s| s as isize).collect();
+        let others: Vec<usize> = (0..r - 1).filter(|&d| d != q).collect();
+        let o_dims: Vec<usize> = others.iter().map(|&d| self.dims[d]).collect();
+        let o_steps: Vec<isize> = others.iter().map(|&d| self.steps[d]).collect();
+        let o_out: Vec<isize> = others.iter().map(|&d| out_strides[d]).collect();
+        let (nq, q_out) = (self.dims[q], out_strides[q] as usize);
+        let (nl, l_step) = (self.dims[r - 1], self.steps[r - 1]);
+        let count: usize = o_dims.iter().product();
+        let mut buf = [0.0f32; TILE * TILE];
+        let mut walk = Walk::new(&o_dims, &o_steps, &o_out, self.offset, 0, 0);
+        for _ in 0..count {
+            let (src_base, out_base) = (walk.a, walk.b as usize);
+            // Macro blocks bound the pages one block touches (TLB reach:
+            // a power-of-two row stride puts every row on its own page).
+            for q_macro in (0..nq).step_by(MACRO) {
+                for l_macro in (0..nl).step_by(MACRO) {
+                    for qb in (q_macro..nq.min(q_macro + MACRO)).step_by(TILE) {
+                        let qn = TILE.min(nq - qb);
+                        for lb in (l_macro..nl.min(l_macro + MACRO)).step_by(TILE) {
+                            let ln = TILE.min(nl - lb);
+                            for l in 0..ln {
+                                let at = (src_base + qb as isize + (lb + l) as isize * l_step) as usize;
+                                buf[l * TILE..l * TILE + qn].copy_from_slice(&src[at..at + qn]);
+                            }
+                            for qi in 0..qn {
+                                let o = out_base + (qb + qi) * q_out + lb;
+                                for (l, dst) in out[o..o + ln].iter_mut().enumerate() {
+                                    *dst = buf[l * TILE + qi];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            walk.advance();
+        }
+    }
+
+    /// `dst[element i of the view] = values[i]` (serial).
+    fn scatter(&self, values: &[f32], dst: &mut [f32]) -> Result<(), Error> {
+        self.check_within(dst.len())?;
+        if values.len() != self.len() {
+            return Err(Error::Internal(format!("{} values scattered into a view of {}", values.len(), self.len())));
+        }
+        if values.is_empty() {
+            return Ok(());
+        }
+        let r = self.dims.len();
+        let (n, step) = (self.dims[r - 1], self.steps[r - 1]);
+        let zeros = vec![0isize; r - 1];
+        let mut walk = Walk::new(&self.dims[..r - 1], &self.steps[..r - 1], &zeros, self.offset, 0, 0);
+        for row in values.chunks_exact(n) {
+            let at = walk.a as usize;
+            if step == 1 {
+                dst[at..at + n].copy_from_slice(row);
+            } else {
+                for (j, &v) in row.iter().enumerate() {
+                    dst[(walk.a + j as isize * step) as usize] = v;
+                }
+            }
+            walk.advance();
+        }
+        Ok(())
+    }
+}
+
+/// Copies `src` into `out` (same length), on the pool when large.
+fn copy_all(src: &[f32], out: &mut [f32]) {
+    par_rows(out, 1, |first, chunk| chunk.copy_from_slice(&src[first..first + chunk.len()]));
+}
+
+fn fill_all(out: &mut [f32], value: f32) {
+    par_rows(out, 1, |_, chunk| chunk.fill(value));
+}
+
+// ------------------------------------------------------------ Transpose
+
+fn transpose(ctx: &dyn OpContext) -> Result<(), Error> {
+    const OP: &str = "Transpose";
+    expect_inputs(OP, ctx, 2)?;
+    let (input, perm) = (ctx.input(0)?, ctx.input(1)?);
+    let rank = input.rank();
+    if perm.rank() != 1 || perm.len() != rank {
+        return Err(invalid(
+            OP,
+            format!("transpose expects a vector of size {rank}. But input(1) is a vector of size {}", perm.len()),
+        ));
+    }
+    let perm = perm.to_i64s()?;
+    let mut seen = vec![false; rank];
+    for &p in &perm {
+        if p < 0 || p >= rank as i64 {
+            return Err(invalid(OP, format!("{p} is out of range [0 .. {rank})")));
+        }
+        if std::mem::replace(&mut seen[p as usize], true) {
+            return Err(invalid(OP, format!("{p} is duplicated in perm {perm:?}")));
+        }
+    }
+    let in_strides = strides_of(input.shape());
+    let out_shape: Vec<usize> = perm.iter().map(|&p| input.shape()[p as usize]).collect();
+    let steps: Vec<isize> = perm.iter().map(|&p| in_strides[p as usize] as isize).collect();
+    let mut out = ctx.allocate_output(0, &out_shape)?;
+    View::new(0, &out_shape, &steps).gather(input.data()?, out.data_mut()?)
+}
+
+// --------------------------------------------------------- Concat / Pack
+
+/// Copies inputs side by side: output row `o` is input 0's row `o`, then
+/// input 1's, … (rows of `row_lens[i]` elements; `outer` rows each).
+fn concat_rows(inputs: &[&[f32]], row_lens: &[usize], out: &mut [f32]) {
+    let out_row: usize = row_lens.iter().sum();
+    par_rows(out, out_row, |first, chunk| {
+        for (o, row) in chunk.chunks_exact_mut(out_row).enumerate() {
+            let o = first + o;
+            let mut at = 0;
+            for (src, &n) in inputs.iter().zip(row_lens) {
+                row[at..at + n].copy_from_slice(&src[o * n..o * n + n]);
+                at += n;
+            }
+        }
+    });
+}
+
+fn concat_v2(ctx: &dyn OpContext) -> Result<(), Error> {
+    const OP: &str = "ConcatV2";
+    let count = ctx.num_inputs();
+    if count < 2 {
+        return Err(Error::Internal(format!("{OP}: expected at least 2 inputs, TensorFlow passed {count}")));
+    }
+    let n = count - 1;
+    let axis_t = ctx.input(n)?;
+    if axis_t.rank() != 0 {
+        return Err(invalid(OP, format!("axis must be a scalar, got shape {}", ShapeDisplay(axis_t.shape()))));
+    }
+    let inputs: Vec<Tensor> = (0..n).map(|i| ctx.input(i)).collect::<Result<_, _>>()?;
+    let first = inputs[0].shape().to_vec();
+    let rank = first.len();
+    let axis_value = axis_t.to_i64s()?[0];
+    if rank == 0 {
+        return Err(invalid(OP, "ConcatOp : Can't concatenate scalars (use tf.stack instead)".into()));
+    }
+    let r = rank as i64;
+    if axis_value < -r || axis_value >= r {
+        return Err(invalid(
+            OP,
+            format!("ConcatOp : Expected concatenating dimensions in the range [{}, {r}), but got {axis_value}", -r),
+        ));
+    }
+    let axis = if axis_value < 0 { (axis_value + r) as usize } else { axis_value as usize };
+    let mut out_shape = first.clone();
+    out_shape[axis] = 0;
+    for (i, t) in inputs.iter().enumerate() {
+        let s = t.shape();
+        if s.len() != rank {
+            return Err(invalid(
+                OP,
+                format!(
+                    "ConcatOp : Ranks of all input tensors should match: shape[0] = {} vs. shape[{i}] = {}",
+                    ShapeDisplay(&first),
+                    ShapeDisplay(s)
+                ),
+            ));
+        }
+        for d in 0..rank {
+            if d != axis && s[d] != first[d] {
+                return Err(invalid(
+                    OP,
+                    format!(
+                        "ConcatOp : Dimension {d} in both shapes must be equal: shape[0] = {} vs. shape[{i}] = {}",
+                        ShapeDisplay(&first),
+                        ShapeDisplay(s)
+                    ),
+                ));
+            }
+        }
+        out_shape[axis] += s[axis];
+    }
+    checked_count(OP, &out_shape)?;
+    let inner: usize = first[axis + 1..].iter().product();
+    let row_lens: Vec<usize> = inputs.iter().map(|t| t.shape()[axis] * inner).collect();
+    let datas: Vec<&[f32]> = inputs.iter().map(|t| t.data::<f32>()).collect::<Result<_, _>>()?;
+    let mut out = ctx.allocate_output(0, &out_shape)?;
+    concat_rows(&datas, &row_lens, out.data_mut()?);
+    Ok(())
+}
+
+fn build_pack(attrs: &dyn Attrs) -> Result<Box<dyn Kernel>, Error> {
+    Ok(Box::new(Pack { axis: attrs.int("axis")? }))
+}
+
+struct Pack {
+    axis: i64,
+}
+
+impl Kernel for Pack {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        const OP: &str = "Pack";
+        let n = ctx.num_inputs();
+        if n == 0 {
+            return Err(Error::Internal(format!("{OP}: no inputs")));
+        }
+        let inputs: Vec<Tensor> = (0..n).map(|i| ctx.input(i)).collect::<Result<_, _>>()?;
+        let shape = inputs[0].shape().to_vec();
+        let r = shape.len() as i64 + 1;
+        if self.axis < -r || self.axis >= r {
+            return Err(invalid(OP, format!("axis = {} not in [{}, {r})", self.axis, -r)));
+        }
+        let axis = if self.axis < 0 { (self.axis + r) as usize } else { self.axis as usize };
+        for (i, t) in inputs.iter().enumerate() {
+            if t.shape() != shape.as_slice() {
+                return Err(invalid(
+                    OP,
+                    format!(
+                        "Shapes of all inputs must match: values[0].shape = {} != values[{i}].shape = {}",
+                        ShapeDisplay(&shape),
+                        ShapeDisplay(t.shape())
+                    ),
+                ));
+            }
+        }
+        let mut out_shape = shape.clone();
+        out_shape.insert(axis, n);
+        checked_count(OP, &out_shape)?;
+        let inner: usize = shape[axis..].iter().product();
+        let datas: Vec<&[f32]> = inputs.iter().map(|t| t.data::<f32>()).collect::<Result<_, _>>()?;
+        let mut out = ctx.allocate_output(0, &out_shape)?;
+        concat_rows(&datas, &vec![inner; n], out.data_mut()?);
+        Ok(())
+    }
+}
+
+fn build_unpack(attrs: &dyn Attrs) -> Result<Box<dyn Kernel>, Error> {
+    Ok(Box::new(Unpack { axis: attrs.int("axis")?, num: attrs.int("num")? }))
+}
+
+struct Unpack {
+    axis: i64,
+    num: i64,
+}
+
+impl Kernel for Unpack {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        const OP: &str = "Unpack";
+        expect_inputs(OP, ctx, 1)?;
+        let input = ctx.input(0)?;
+        let shape = input.shape();
+        let r = shape.len() as i64;
+        if self.axis < -r || self.axis >= r {
+            return Err(invalid(OP, format!("axis = {} not in [{}, {r})", self.axis, -r)));
+        }
+        let axis = if self.axis < 0 { (self.axis + r) as usize } else { self.axis as usize };
+        let num = shape[axis];
+        if num as i64 != self.num || ctx.num_outputs() != num {
+            return Err(invalid(
+                OP,
+                format!("Input shape axis {axis} must equal {}, got shape {}", self.num, ShapeDisplay(shape)),
+            ));
+        }
+        let mut out_shape = shape.to_vec();
+        out_shape.remove(axis);
+        let inner: usize = shape[axis + 1..].iter().product();
+        let src = input.data::<f32>()?;
+        let step = num * inner;
+        for i in 0..num {
+            let mut out = ctx.allocate_output(i, &out_shape)?;
+            let view = View::new((i * inner) as isize, &[out_shape[..axis].iter().product(), inner], &[step as isize, 1]);
+            view.gather(src, out.data_mut()?)?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------- Slice
+
+fn slice(ctx: &dyn OpContext) -> Result<(), Error> {
+    const OP: &str = "Slice";
+    expect_inputs(OP, ctx, 3)?;
+    let (input, begin, size) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+    let shape = input.shape();
+    let rank = shape.len();
+    if begin.rank() != 1 || size.rank() != 1 || begin.len() != rank || size.len() != rank {
+        return Err(invalid(
+            OP,
+            format!(
+                "Expected begin and size arguments to be 1-D tensors of size {rank}, but got shapes {} and {} instead.",
+                ShapeDisplay(begin.shape()),
+                ShapeDisplay(size.shape())
+            ),
+        ));
+    }
+    let (begin, size) = (begin.to_i64s()?, size.to_i64s()?);
+    let mut out_shape = Vec::with_capacity(rank);
+    for i in 0..rank {
+        let dim = shape[i] as i64;
+        let b = begin[i];
+        let s = if size[i] == -1 { dim - b } else { size[i] };
+        if !(0..=dim).contains(&b) {
+            return Err(invalid(OP, format!("Expected begin[{i}] in [0, {dim}], but got {b}")));
+        }
+        if !(0..=dim - b).contains(&s) {
+            return Err(invalid(OP, format!("Expected size[{i}] in [0, {}], but got {s}", dim - b)));
+        }
+        out_shape.push(s as usize);
+    }
+    if out_shape == shape {
+        return ctx.forward_input(0, 0);
+    }
+    let strides = strides_of(shape);
+    let offset: usize = begin.iter().zip(&strides).map(|(&b, &s)| b as usize * s).sum();
+    let steps: Vec<isize> = strides.iter().map(|&s| s as isize).collect();
+    let mut out = ctx.allocate_output(0, &out_shape)?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    View::new(offset as isize, &out_shape, &steps).gather(input.data()?, out.data_mut()?)
+}
+
+// --------------------------------------------------------- StridedSlice
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Masks {
+    begin: i64,
+    end: i64,
+    ellipsis: i64,
+    new_axis: i64,
+    shrink_axis: i64,
+}
+
+impl Masks {
+    fn read(attrs: &dyn Attrs) -> Result<Self, Error> {
+        Ok(Masks {
+            begin: attrs.int("begin_mask")?,
+            end: attrs.int("end_mask")?,
+            ellipsis: attrs.int("ellipsis_mask")?,
+            new_axis: attrs.int("new_axis_mask")?,
+            shrink_axis: attrs.int("shrink_axis_mask")?,
+        })
+    }
+}
+
+fn bit(mask: i64, i: usize) -> bool {
+    i < 63 && (mask >> i) & 1 == 1
+}
+
+/// A validated strided slice of an input shape (TensorFlow's
+/// `ValidateStridedSliceOp`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SliceSpec {
+    /// Per input dimension: first index and stride.
+    begin: Vec<i64>,
+    strides: Vec<i64>,
+    /// Per input dimension: number of elements taken.
+    processing: Vec<usize>,
+    /// The output shape (shrunk dims removed, new axes added).
+    final_shape: Vec<usize>,
+    is_identity: bool,
+}
+
+/// Where an entry of the final shape comes from.
+#[derive(Clone, Copy)]
+enum Gather {
+    Dim(usize),
+    NewAxis,
+    Shrink,
+}
+
+fn strided_slice_spec(
+    op: &str,
+    shape: &[usize],
+    begin: &[i64],
+    end: &[i64],
+    strides: &[i64],
+    masks: Masks,
+) -> Result<SliceSpec, Error> {
+    if begin.len() != end.len() || begin.len() != strides.len() {
+        return Err(invalid(
+            op,
+            format!(
+                "Expected begin, end, and strides to be 1D equal size tensors, but got shapes [{}], [{}], and [{}] instead.",
+                begin.len(),
+                end.len(),
+                strides.len()
+            ),
+        ));
+    }
+    if masks.ellipsis != 0 && (masks.ellipsis & (masks.ellipsis - 1)) != 0 {
+        return Err(invalid(op, "Multiple ellipses in slice spec not allowed".into()));
+    }
+    // Step 1: the sparse spec, with an ellipsis appended when there is none.
+    let mut sparse_dims = strides.len();
+    let mut ellipsis_mask = masks.ellipsis;
+    let mut ellipsis_seen = false;
+    let mut new_axis_after_ellipsis = 0usize;
+    for i in 0..sparse_dims {
+        if ellipsis_seen && bit(masks.new_axis, i) {
+            new_axis_after_ellipsis += 1;
+        }
+        if bit(masks.ellipsis, i) {
+            ellipsis_seen = true;
+        }
+    }
+    if !ellipsis_seen {
+        if sparse_dims >= 63 {
+            return Err(invalid(op, format!("too many slice dimensions ({sparse_dims})")));
+        }
+        ellipsis_mask |= 1 << sparse_dims;
+        sparse_dims += 1;
+    }
+    // Step 2: the dense spec, one entry per input dimension.
+    let dims = shape.len();
+    let mut d_begin = vec![0i64; dims];
+    let mut d_end = vec![0i64; dims];
+    let mut d_strides = vec![1i64; dims];
+    let (mut d_begin_mask, mut d_end_mask, mut d_shrink) = (vec![false; dims], vec![false; dims], vec![false; dims]);
+    let mut gathers = Vec::new();
+    let mut full = 0usize;
+    for i in 0..sparse_dims {
+        if bit(ellipsis_mask, i) {
+            let next = (dims + 1 + new_axis_after_ellipsis).saturating_sub(sparse_dims - i).min(dims);
+            while full < next {
+                d_begin_mask[full] = true;
+                d_end_mask[full] = true;
+                gathers.push(Gather::Dim(full));
+                full += 1;
+            }
+        } else if bit(masks.new_axis, i) {
+            gathers.push(Gather::NewAxis);
+        } else {
+            if full == dims {
+                return Err(invalid(op, format!("Index out of range using input dim {full}; input has only {dims} dims")));
+            }
+            d_begin[full] = begin[i];
+            d_end[full] = end[i];
+            d_strides[full] = strides[i];
+            d_begin_mask[full] = bit(masks.begin, i);
+            d_end_mask[full] = bit(masks.end, i);
+            if bit(masks.shrink_axis, i) {
+                gathers.push(Gather::Shrink);
+                d_shrink[full] = true;
+            } else {
+                gathers.push(Gather::Dim(full));
+            }
+            full += 1;
+        }
+    }
+    // Step 3: explicit ranges, bounds checks, sizes.
+    let mut processing = Vec::with_capacity(dims);
+    let mut is_identity = true;
+    for i in 0..dims {
+        let stride = d_strides[i];
+        let dim = shape[i] as i64;
+        if stride == 0 {
+            return Err(invalid(op, format!("strides[{i}] must be non-zero")));
+        }
+        if d_shrink[i] && stride <= 0 {
+            return Err(invalid(op, "only stride 1 allowed on non-range indexing.".into()));
+        }
+        let valid = if stride > 0 { [0, dim] } else { [-1, dim - 1] };
+        let canonical = |x: i64, c: usize, masked: bool| -> i64 {
+            if masked {
+                if stride > 0 {
+                    valid[c]
+                } else {
+                    valid[(c + 1) & 1]
+                }
+            } else {
+                let fwd = if x < 0 { dim + x } else { x };
+                fwd.clamp(valid[0], valid[1])
+            }
+        };
+        let (b, e) = if d_shrink[i] {
+            let fwd = if d_begin[i] < 0 { dim + d_begin[i] } else { d_begin[i] };
+            if fwd < 0 || fwd >= dim {
+                return Err(invalid(op, format!("slice index {} of dimension {i} out of bounds.", d_begin[i])));
+            }
+            (fwd, fwd + 1)
+        } else {
+            (canonical(d_begin[i], 0, d_begin_mask[i]), canonical(d_end[i], 1, d_end_mask[i]))
+        };
+        d_begin[i] = b;
+        is_identity &= stride == 1 && b == 0 && e == dim;
+        let interval = e - b;
+        let size = if interval == 0 || ((interval < 0) != (stride < 0)) {
+            0
+        } else {
+            interval / stride + i64::from(interval % stride != 0)
+        };
+        processing.push(size as usize);
+    }
+    // Step 4: the final shape.
+    let final_shape = gathers
+        .iter()
+        .filter_map(|g| match *g {
+            Gather::Dim(d) => Some(processing[d]),
+            Gather::NewAxis => Some(1),
+            Gather::Shrink => None,
+        })
+        .collect();
+    Ok(SliceSpec { begin: d_begin, strides: d_strides, processing, final_shape, is_identity })
+}
+
+impl SliceSpec {
+    /// The input elements taken, as a view of a tensor of `shape`.
+    fn view(&self, shape: &[usize]) -> View {
+        let strides = strides_of(shape);
+        let offset: isize = self.begin.iter().zip(&strides).map(|(&b, &s)| b as isize * s as isize).sum();
+        let steps: Vec<isize> = self.strides.iter().zip(&strides).map(|(&st, &s)| st as isize * s as isize).collect();
+        View::new(offset, &self.processing, &steps)
+    }
+}
+
+struct StridedSlice {
+    masks: Masks,
+    grad: bool,
+}
+
+impl Kernel for StridedSlice {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        let op = if self.grad { "StridedSliceGrad" } else { "StridedSlice" };
+        expect_inputs(op, ctx, if self.grad { 5 } else { 4 })?;
+        let first = ctx.input(0)?;
+        let (begin, end, strides) = (ctx.input(1)?, ctx.input(2)?, ctx.input(3)?);
+        for (name, t) in [("begin", &begin), ("end", &end), ("strides", &strides)] {
+            if t.rank() != 1 {
+                return Err(invalid(op, format!("{name} must be a 1-D tensor, got shape {}", ShapeDisplay(t.shape()))));
+            }
+        }
+        let shape = if self.grad {
+            if first.rank() != 1 {
+                return Err(invalid(op, format!("shape must be 1-D, got shape {}", ShapeDisplay(first.shape()))));
+            }
+            sizes(op, "shape", &first.to_i64s()?)?
+        } else {
+            first.shape().to_vec()
+        };
+        checked_count(op, &shape)?;
+        let spec = strided_slice_spec(op, &shape, &begin.to_i64s()?, &end.to_i64s()?, &strides.to_i64s()?, self.masks)?;
+        if !self.grad {
+            if spec.is_identity && spec.final_shape == shape {
+                return ctx.forward_input(0, 0);
+            }
+            let mut out = ctx.allocate_output(0, &spec.final_shape)?;
+            return spec.view(&shape).gather(first.data()?, out.data_mut()?);
+        }
+        let dy = ctx.input(4)?;
+        if dy.shape() != spec.final_shape.as_slice() {
+            return Err(invalid(
+                op,
+                format!(
+                    "shape of dy was {} instead of {}",
+                    ShapeDisplay(dy.shape()),
+                    ShapeDisplay(&spec.final_shape)
+                ),
+            ));
+        }
+        let mut out = ctx.allocate_output(0, &shape)?;
+        let out_data = out.data_mut()?;
+        if spec.is_identity {
+            copy_all(dy.data()?, out_data);
+            return Ok(());
+        }
+        fill_all(out_data, 0.0);
+        spec.view(&shape).scatter(dy.data()?, out_data)
+    }
+}
+
+// ----------------------------------------------------------------- Tile
+
+fn tile(ctx: &dyn OpContext) -> Result<(), Error> {
+    const OP: &str = "Tile";
+    expect_inputs(OP, ctx, 2)?;
+    let (input, multiples) = (ctx.input(0)?, ctx.input(1)?);
+    let shape = input.shape();
+    let rank = shape.len();
+    if multiples.rank() != 1 || multiples.len() != rank {
+        return Err(invalid(
+            OP,
+            format!(
+                "Expected multiples argument to be a vector of length {rank} but got length {}",
+                multiples.shape().first().copied().unwrap_or(0)
+            ),
+        ));
+    }
+    let multiples = multiples.to_i64s()?;
+    for (i, &m) in multiples.iter().enumerate() {
+        if m < 0 {
+            return Err(invalid(OP, format!("Expected multiples[{i}] >= 0, but got {m}")));
+        }
+    }
+    let out_shape: Vec<usize> = shape.iter().zip(&multiples).map(|(&d, &m)| d.saturating_mul(m as usize)).collect();
+    checked_count(OP, &out_shape)?;
+    let mut out = ctx.allocate_output(0, &out_shape)?;
+    let out_data = out.data_mut()?;
+    if out_data.is_empty() {
+        return Ok(());
+    }
+    let src = input.data::<f32>()?;
+    if rank == 0 {
+        out_data[0] = src[0];
+        return Ok(());
+    }
+    let in_row = shape[rank - 1];
+    let out_row = out_shape[rank - 1];
+    let outer_out = &out_shape[..rank - 1];
+    let in_strides = strides_of(shape);
+    par_rows(out_data, out_row, |first, chunk| {
+        // Output outer index → input outer index by wrapping each digit.
+        let mut index = vec![0usize; rank - 1];
+        let mut rest = first;
+        for i in (0..rank - 1).rev() {
+            index[i] = rest % outer_out[i];
+            rest /= outer_out[i];
+        }
+        for row in chunk.chunks_exact_mut(out_row) {
+            let at: usize = (0..rank - 1).map(|i| (index[i] % shape[i]) * in_strides[i]).sum();
+            let src_row = &src[at..at + in_row];
+            if in_row == 1 {
+                row.fill(src_row[0]);
+            } else {
+                for rep in row.chunks_exact_mut(in_row) {
+                    rep.copy_from_slice(src_row);
+                }
+            }
+            for i in (0..rank - 1).rev() {
+                index[i] += 1;
+                if index[i] < outer_out[i] {
+                    break;
+                }
+                index[i] = 0;
+            }
+        }
+    });
+    Ok(())
+}
+
+// ------------------------------------------------------------------ Pad
+
+struct Pad {
+    v2: bool,
+}
+
+impl Kernel for Pad {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        let op = if self.v2 { "PadV2" } else { "Pad" };
+        expect_inputs(op, ctx, if self.v2 { 3 } else { 2 })?;
+        let (input, paddings) = (ctx.input(0)?, ctx.input(1)?);
+        let shape = input.shape();
+        let rank = shape.len();
+        if paddings.rank() != 2 || paddings.shape()[1] != 2 {
+            return Err(invalid(
+                op,
+                format!("paddings must be a matrix with 2 columns: {}", ShapeDisplay(paddings.shape())),
+            ));
+        }
+        if paddings.shape()[0] != rank {
+            return Err(invalid(
+                op,
+                format!(
+                    "The first dimension of paddings must be the rank of inputs{} {}",
+                    ShapeDisplay(paddings.shape()),
+                    ShapeDisplay(shape)
+                ),
+            ));
+        }
+        let constant = if self.v2 {
+            let c = ctx.input(2)?;
+            if c.len() != 1 || c.rank() != 0 {
+                return Err(invalid(op, format!("constant_values must be a scalar. Got: {}", ShapeDisplay(c.shape()))));
+            }
+            c.data::<f32>()?[0]
+        } else {
+            0.0
+        };
+        let pads = paddings.to_i64s()?;
+        let mut before = Vec::with_capacity(rank);
+        let mut out_shape = Vec::with_capacity(rank);
+        for i in 0..rank {
+            let (b, a) = (pads[2 * i], pads[2 * i + 1]);
+            if b < 0 || a < 0 {
+                return Err(invalid(op, format!("Paddings must be non-negative: {b} {a}")));
+            }
+            before.push(b as usize);
+            out_shape.push(shape[i].saturating_add(b as usize).saturating_add(a as usize));
+        }
+        checked_count(op, &out_shape)?;
+        if out_shape == shape {
+            return ctx.forward_input(0, 0);
+        }
+        let mut out = ctx.allocate_output(0, &out_shape)?;
+        let out_data = out.data_mut()?;
+        let src = input.data::<f32>()?;
+        if out_data.is_empty() {
+            return Ok(());
+        }
+        if src.is_empty() {
+            fill_all(out_data, constant);
+            return Ok(());
+        }
+        // rank ≥ 1 here (a scalar has nothing to pad and was forwarded).
+        let (in_row, out_row, lead) = (shape[rank - 1], out_shape[rank - 1], before[rank - 1]);
+        let outer_out = &out_shape[..rank - 1];
+        let in_strides = strides_of(shape);
+        par_rows(out_data, out_row, |first, chunk| {
+            let mut index = vec![0usize; rank - 1];
+            let mut rest = first;
+            for i in (0..rank - 1).rev() {
+                index[i] = rest % outer_out[i];
+                rest /= outer_out[i];
+            }
+            for row in chunk.chunks_exact_mut(out_row) {
+                let mut at = Some(0usize);
+                for i in 0..rank - 1 {
+                    at = match (at, index[i].checked_sub(before[i])) {
+                        (Some(a), Some(j)) if j < shape[i] => Some(a + j * in_strides[i]),
+                        _ => None,
+                    };
+                }
+                match at {
+                    Some(at) => {
+                        row[..lead].fill(constant);
+                        row[lead..lead + in_row].copy_from_slice(&src[at..at + in_row]);
+                        row[lead + in_row..].fill(constant);
+                    }
+                    None => row.fill(constant),
+                }
+                for i in (0..rank - 1).rev() {
+                    index[i] += 1;
+                    if index[i] < outer_out[i] {
+                        break;
+                    }
+                    index[i] = 0;
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+// ------------------------------------------------------ Fill, Snapshot
+
+fn fill(ctx: &dyn OpContext) -> Result<(), Error> {
+    const OP: &str = "Fill";
+    expect_inputs(OP, ctx, 2)?;
+    let (dims, value) = (ctx.input(0)?, ctx.input(1)?);
+    if dims.rank() != 1 {
+        return Err(invalid(OP, format!("dims must be a vector, got shape {}", ShapeDisplay(dims.shape()))));
+    }
+    if value.rank() != 0 {
+        return Err(invalid(OP, format!("value must be a scalar, got shape {}", ShapeDisplay(value.shape()))));
+    }
+    let shape = sizes(OP, "dims", &dims.to_i64s()?)?;
+    checked_count(OP, &shape)?;
+    let v = value.data::<f32>()?[0];
+    let mut out = ctx.allocate_output(0, &shape)?;
+    fill_all(out.data_mut()?, v);
+    Ok(())
+}
+
+fn snapshot(ctx: &dyn OpContext) -> Result<(), Error> {
+    expect_inputs("Snapshot", ctx, 1)?;
+    let input = ctx.input(0)?;
+    let mut out = ctx.allocate_output(0, input.shape())?;
+    copy_all(input.data()?, out.data_mut()?);
+    Ok(())
+}
+
+// ------------------------------------------------------------- GatherV2
+
+struct GatherV2 {
+    batch_dims: i64,
+}
+
+/// `[1,2]`-style multi-index of flat element `flat` of `shape`.
+fn multi_index(shape: &[usize], flat: usize) -> String {
+    let mut index = vec![0; shape.len()];
+    let mut rest = flat;
+    for i in (0..shape.len()).rev() {
+        if shape[i] > 0 {
+            index[i] = rest % shape[i];
+            rest /= shape[i];
+        }
+    }
+    format!("[{}]", index.iter().map(usize::to_string).collect::<Vec<_>>().join(","))
+}
+
+impl Kernel for GatherV2 {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        const OP: &str = "GatherV2";
+        expect_inputs(OP, ctx, 3)?;
+        let (params, indices, axis_t) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        if axis_t.len() != 1 {
+            return Err(invalid(OP, format!("axis must be scalar, got shape {}", ShapeDisplay(axis_t.shape()))));
+        }
+        let p_shape = params.shape();
+        let i_shape = indices.shape();
+        if p_shape.is_empty() {
+            return Err(invalid(OP, "params must be at least 1 dimensional".into()));
+        }
+        let axis = normalize_axis(OP, axis_t.to_i64s()?[0], p_shape.len())?;
+        let ri = i_shape.len() as i64;
+        let mut batch_dims = self.batch_dims;
+        if batch_dims != 0 {
+            if batch_dims < -ri || batch_dims > ri {
+                return Err(invalid(OP, format!("Expected batch_dims in the range [{}, {ri}], but got {batch_dims}", -ri)));
+            }
+            if batch_dims < 0 {
+                batch_dims += ri;
+            }
+        }
+        let b = batch_dims as usize;
+        if b > axis {
+            return Err(invalid(OP, format!("batch_dims ({b}) must be less than or equal to axis ({axis}).")));
+        }
+        for i in 0..b {
+            if p_shape[i] != i_shape[i] {
+                return Err(invalid(
+                    OP,
+                    format!("params.shape[{i}]: {} should be equal to indices.shape[{i}]: {}", p_shape[i], i_shape[i]),
+                ));
+            }
+        }
+        let mut out_shape: Vec<usize> = p_shape[..axis].to_vec();
+        out_shape.extend_from_slice(&i_shape[b..]);
+        out_shape.extend_from_slice(&p_shape[axis + 1..]);
+        checked_count(OP, &out_shape)?;
+
+        let limit = p_shape[axis];
+        let index_values = indices.to_i64s()?;
+        if let Some(bad) = index_values.iter().position(|&v| v < 0 || v >= limit as i64) {
+            return Err(invalid(
+                OP,
+                format!(
+                    "indices{} = {} is not in [0, {limit})",
+                    multi_index(i_shape, bad),
+                    index_values[bad]
+                ),
+            ));
+        }
+        let outer: usize = p_shape[b..axis].iter().product();
+        let inner: usize = p_shape[axis + 1..].iter().product();
+        let n_idx: usize = i_shape[b..].iter().product();
+        let src = params.data::<f32>()?;
+        let mut out = ctx.allocate_output(0, &out_shape)?;
+        let out_data = out.data_mut()?;
+        if out_data.is_empty() {
+            return Ok(());
+        }
+        // Output rows of `inner`, ordered (batch·outer, index): counters
+        // advance per row, no division past the start of a chunk.
+        par_rows(out_data, inner, |first, chunk| {
+            let (mut bo, mut j) = (first / n_idx, first % n_idx);
+            for row in chunk.chunks_exact_mut(inner) {
+                let bi = bo / outer;
+                let idx = index_values[bi * n_idx + j] as usize;
+                let at = (bo * limit + idx) * inner;
+                if inner == 1 {
+                    row[0] = src[at];
+                } else {
+                    row.copy_from_slice(&src[at..at + inner]);
+                }
+                j += 1;
+                if j == n_idx {
+                    j = 0;
+                    bo += 1;
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+// --------------------------------------------------------------- OneHot
+
+struct OneHot {
+    axis: i64,
+}
+
+impl Kernel for OneHot {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        const OP: &str = "OneHot";
+        expect_inputs(OP, ctx, 4)?;
+        let (indices, depth, on, off) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.input(3)?);
+        let i_shape = indices.shape();
+        let rank = i_shape.len();
+        if self.axis != -1 && (self.axis < 0 || self.axis > rank as i64) {
+            return Err(invalid(OP, format!("Expected axis to be -1 or between [0, {rank}]. But received: {}", self.axis)));
+        }
+        if depth.rank() != 0 {
+            return Err(invalid(OP, format!("depth must be a scalar, but got: {}", ShapeDisplay(depth.shape()))));
+        }
+        if on.rank() != 0 {
+            return Err(invalid(OP, format!("on_value must be a scalar, but got: {}", ShapeDisplay(on.shape()))));
+        }
+        if off.rank() != 0 {
+            return Err(invalid(OP, format!("off_value must be a scalar, but got: {}", ShapeDisplay(off.shape()))));
+        }
+        let depth = depth.to_i64s()?[0];
+        if depth < 0 {
+            return Err(invalid(OP, format!("depth must be non-negative, got: {depth}")));
+        }
+        let depth = depth as usize;
+        let axis = if self.axis == -1 { rank } else { self.axis as usize };
+        let mut out_shape = i_shape.to_vec();
+        out_shape.insert(axis, depth);
+        checked_count(OP, &out_shape)?;
+        let (on, off) = (on.data::<f32>()?[0], off.data::<f32>()?[0]);
+        let index_values = indices.to_i64s()?;
+        let suffix: usize = i_shape[axis..].iter().product();
+        let mut out = ctx.allocate_output(0, &out_shape)?;
+        let out_data = out.data_mut()?;
+        if out_data.is_empty() {
+            return Ok(());
+        }
+        // One block of depth × suffix per prefix index p: row d of it is
+        // `on` where indices[p, s] == d.
+        let block = depth * suffix;
+        par_rows(out_data, block, |first, chunk| {
+            for (k, rows) in chunk.chunks_exact_mut(block).enumerate() {
+                let p = first + k;
+                let idx = &index_values[p * suffix..p * suffix + suffix];
+                if suffix == 1 {
+                    rows.fill(off);
+                    if let Ok(d) = usize::try_from(idx[0]) {
+                        if d < depth {
+                            rows[d] = on;
+                        }
+                    }
+                    continue;
+                }
+                for (d, row) in rows.chunks_exact_mut(suffix).enumerate() {
+                    let d = d as i64;
+                    for (o, &i) in row.iter_mut().zip(idx) {
+                        *o = if i == d { on } else { off };
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+// ----------------------------------------------------------------- AddN
+
+fn add_n(ctx: &dyn OpContext) -> Result<(), Error> {
+    const OP: &str = "AddN";
+    let n = ctx.num_inputs();
+    if n == 0 {
+        return Err(Error::Internal(format!("{OP}: no inputs")));
+    }
+    let inputs: Vec<Tensor> = (0..n).map(|i| ctx.input(i)).collect::<Result<_, _>>()?;
+    let shape = inputs[0].shape();
+    for (i, t) in inputs.iter().enumerate() {
+        if t.shape() != shape {
+            return Err(invalid(
+                OP,
+                format!(
+                    "Inputs to operation AddN must have the same size and shape.  Input 0: {} != input {i}: {}",
+                    ShapeDisplay(shape),
+                    ShapeDisplay(t.shape())
+                ),
+            ));
+        }
+    }
+    if n == 1 {
+        return ctx.forward_input(0, 0);
+    }
+    let datas: Vec<&[f32]> = inputs.iter().map(|t| t.data::<f32>()).collect::<Result<_, _>>()?;
+    let mut out = ctx.allocate_output(0, shape)?;
+    // TensorFlow's CPU order: the first `n % 8` inputs (8 if that is 0, 9
+    // if it is 1) summed left to right, then each following group of 8
+    // summed left to right and added to the total. In cache-sized blocks.
+    let head = match n % 8 {
+        0 => 8,
+        1 => 9,
+        r => r,
+    }
+    .min(n);
+    const BLOCK: usize = 4096;
+    par_rows(out.data_mut()?, 1, |first, chunk| {
+        let mut group = vec![0.0f32; BLOCK.min(chunk.len())];
+        for (b, block) in chunk.chunks_mut(BLOCK).enumerate() {
+            let start = first + b * BLOCK;
+            let range = start..start + block.len();
+            sum_left_to_right(&datas[..head], range.clone(), block);
+            for eight in datas[head..].chunks(8) {
+                let g = &mut group[..block.len()];
+                sum_left_to_right(eight, range.clone(), g);
+                for (o, &x) in block.iter_mut().zip(g.iter()) {
+                    *o += x;
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// `out = ((in0 + in1) + in2) + …` over `range` of each input (`ins` ≥ 1).
+fn sum_left_to_right(ins: &[&[f32]], range: std::ops::Range<usize>, out: &mut [f32]) {
+    out.copy_from_slice(&ins[0][range.clone()]);
+    for d in &ins[1..] {
+        for (o, &x) in out.iter_mut().zip(&d[range.clone()]) {
+            *o += x;
+        }
+    }
+}
+
+// ---------------------------------------------------------- BroadcastTo
+
+fn broadcast_to(ctx: &dyn OpContext) -> Result<(), Error> {
+    const OP: &str = "BroadcastTo";
+    expect_inputs(OP, ctx, 2)?;
+    let (input, shape_t) = (ctx.input(0)?, ctx.input(1)?);
+    if shape_t.rank() != 1 {
+        return Err(invalid(OP, format!("shape must be a vector, got shape {}", ShapeDisplay(shape_t.shape()))));
+    }
+    let target = sizes(OP, "shape", &shape_t.to_i64s()?)?;
+    checked_count(OP, &target)?;
+    let in_shape = input.shape();
+    let unable = || {
+        invalid(
+            OP,
+            format!(
+                "Unable to broadcast tensor of shape {} to tensor of shape {}",
+                ShapeDisplay(in_shape),
+                ShapeDisplay(&target)
+            ),
+        )
+    };
+    if in_shape.len() > target.len() {
+        return Err(unable());
+    }
+    let skip = target.len() - in_shape.len();
+    if in_shape.iter().zip(&target[skip..]).any(|(&a, &t)| a != t && a != 1) {
+        return Err(unable());
+    }
+    if in_shape == target.as_slice() {
+        return ctx.forward_input(0, 0);
+    }
+    let plan = Broadcast::new(in_shape, &target).map_err(|_| unable())?;
+    let src = input.data::<f32>()?;
+    let mut out = ctx.allocate_output(0, &target)?;
+    par_rows(out.data_mut()?, 1, |first, chunk| {
+        plan.for_each_run(first, chunk.len(), |run| {
+            let dst = &mut chunk[run.out - first..run.out - first + run.len];
+            if run.a_step == 0 {
+                dst.fill(src[run.a]);
+            } else {
+                dst.copy_from_slice(&src[run.a..run.a + run.len]);
+            }
+        });
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::LocalContext;
+
+    fn values(len: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..len)
+            .map(|_| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (state >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0
+            })
+            .collect()
+    }
+
+    fn f32s(shape: &[usize], seed: u32) -> Tensor {
+        Tensor::from_vec(shape, values(shape.iter().product(), seed)).unwrap()
+    }
+
+    fn ints(v: &[i64]) -> Tensor {
+        Tensor::from_vec(&[v.len()], v.to_vec()).unwrap()
+    }
+
+    fn i32s(v: &[i32]) -> Tensor {
+        Tensor::from_vec(&[v.len()], v.to_vec()).unwrap()
+    }
+
+    fn scalar_i(v: i64) -> Tensor {
+        Tensor::from_vec(&[], vec![v]).unwrap()
+    }
+
+    fn run(kernel: &dyn Kernel, inputs: Vec<Tensor>) -> Result<(Vec<usize>, Vec<f32>), Error> {
+        let out = LocalContext::run(kernel, inputs, &[DType::F32])?;
+        Ok((out[0].shape().to_vec(), out[0].to_vec().unwrap()))
+    }
+
+    fn unravel(shape: &[usize], flat: usize) -> Vec<usize> {
+        let mut index = vec![0; shape.len()];
+        let mut rest = flat;
+        for i in (0..shape.len()).rev() {
+            index[i] = rest % shape[i];
+            rest /= shape[i];
+        }
+        index
+    }
+
+    fn ravel(shape: &[usize], index: &[usize]) -> usize {
+        shape.iter().zip(index).fold(0, |acc, (&d, &i)| acc * d + i)
+    }
+
+    #[test]
+    fn transpose_matches_reference() {
+        let cases: &[(&[usize], &[i64])] = &[
+            (&[], &[]),
+            (&[0, 3], &[1, 0]),
+            (&[1, 1], &[1, 0]),
+            (&[7, 13], &[1, 0]),
+            (&[7, 13], &[0, 1]),
+            (&[3, 5, 7], &[2, 0, 1]),
+            (&[3, 5, 7], &[1, 0, 2]),
+            (&[3, 5, 7], &[0, 2, 1]),
+            (&[2, 3, 4, 5], &[3, 2, 1, 0]),
+            (&[2, 1, 4, 5], &[0, 3, 1, 2]),
+            (&[301, 257], &[1, 0]),
+            (&[4, 67, 131], &[0, 2, 1]),
+            (&[33, 2, 3, 40], &[3, 1, 0, 2]),
+        ];
+        for &(shape, perm) in cases {
+            let input = f32s(shape, 3);
+            let src = input.to_vec::<f32>().unwrap();
+            let (out_shape, out) = run(&FnKernel(transpose), vec![input, ints(perm)]).unwrap();
+            let expected_shape: Vec<usize> = perm.iter().map(|&p| shape[p as usize]).collect();
+            assert_eq!(out_shape, expected_shape);
+            for (flat, &v) in out.iter().enumerate() {
+                let oi = unravel(&out_shape, flat);
+                let mut ii = vec![0; shape.len()];
+                for (k, &p) in perm.iter().enumerate() {
+                    ii[p as usize] = oi[k];
+                }
+                assert_eq!(v, src[ravel(shape, &ii)], "{shape:?} {perm:?} @{flat}");
+            }
+        }
+        assert!(matches!(run(&FnKernel(transpose), vec![f32s(&[2, 3], 1), ints(&[0, 0])]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(run(&FnKernel(transpose), vec![f32s(&[2, 3], 1), ints(&[0])]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(run(&FnKernel(transpose), vec![f32s(&[2, 3], 1), ints(&[0, 2])]), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn concat_and_pack_match_reference() {
+        // Concat [2,3] + [2,0] + [2,4] on axis 1 (and -1).
+        let (a, b, c) = (f32s(&[2, 3], 1), f32s(&[2, 0], 2), f32s(&[2, 4], 3));
+        let (av, cv) = (a.to_vec::<f32>().unwrap(), c.to_vec::<f32>().unwrap());
+        for axis in [1, -1] {
+            let (shape, out) = run(&FnKernel(concat_v2), vec![f32s(&[2, 3], 1), f32s(&[2, 0], 2), f32s(&[2, 4], 3), scalar_i(axis)]).unwrap();
+            assert_eq!(shape, vec![2, 7]);
+            let expected: Vec<f32> = [&av[0..3], &cv[0..4], &av[3..6], &cv[4..8]].concat();
+            assert_eq!(out, expected);
+        }
+        assert!(matches!(run(&FnKernel(concat_v2), vec![a, b, scalar_i(0)]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            run(&FnKernel(concat_v2), vec![f32s(&[2, 3], 1), f32s(&[3, 3], 2), scalar_i(1)]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(run(&FnKernel(concat_v2), vec![f32s(&[2], 1), f32s(&[3], 2), scalar_i(1)]), Err(Error::InvalidArgument(_))));
+        // Axis 0 of [1,5] and [300,5]: rows in order; large for the pool.
+        let (x, y) = (f32s(&[1, 5], 4), f32s(&[30000, 5], 5));
+        let expected = [x.to_vec::<f32>().unwrap(), y.to_vec::<f32>().unwrap()].concat();
+        let (shape, out) = run(&FnKernel(concat_v2), vec![x, y, Tensor::from_vec(&[], vec![0i32]).unwrap()]).unwrap();
+        assert_eq!((shape, out), (vec![30001, 5], expected));
+
+        // Pack three [2,3] on each axis, then Unpack back.
+        for axis in [0i64, 1, 2, -1, -3] {
+            let inputs: Vec<Tensor> = (0..3).map(|i| f32s(&[2, 3], i)).collect();
+            let srcs: Vec<Vec<f32>> = inputs.iter().map(|t| t.to_vec().unwrap()).collect();
+            let (shape, out) = run(&Pack { axis }, inputs).unwrap();
+            let ax = if axis < 0 { axis + 3 } else { axis } as usize;
+            let mut expected_shape = vec![2, 3];
+            expected_shape.insert(ax, 3);
+            assert_eq!(shape, expected_shape);
+            for (flat, &v) in out.iter().enumerate() {
+                let mut idx = unravel(&shape, flat);
+                let which = idx.remove(ax);
+                assert_eq!(v, srcs[which][ravel(&[2, 3], &idx)]);
+            }
+            let outs = LocalContext::run(&Unpack { axis, num: 3 }, vec![Tensor::from_vec(&shape, out).unwrap()], &[DType::F32; 3]).unwrap();
+            for (o, src) in outs.iter().zip(&srcs) {
+                assert_eq!(o.shape(), &[2, 3]);
+                assert_eq!(&o.to_vec::<f32>().unwrap(), src);
+            }
+        }
+        assert!(matches!(run(&Pack { axis: 0 }, vec![f32s(&[2], 1), f32s(&[3], 1)]), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn slice_matches_reference() {
+        let input = f32s(&[5, 7, 3], 9);
+        let src = input.to_vec::<f32>().unwrap();
+        let (shape, out) = run(&FnKernel(slice), vec![input, ints(&[1, 2, 0]), ints(&[3, -1, 2])]).unwrap();
+        assert_eq!(shape, vec![3, 5, 2]);
+        for (flat, &v) in out.iter().enumerate() {
+            let i = unravel(&shape, flat);
+            assert_eq!(v, src[ravel(&[5, 7, 3], &[i[0] + 1, i[1] + 2, i[2]])]);
+        }
+        let (shape, out) = run(&FnKernel(slice), vec![f32s(&[5, 7], 1), i32s(&[5, 0]), i32s(&[0, 7])]).unwrap();
+        assert_eq!((shape, out.len()), (vec![0, 7], 0));
+        assert!(matches!(run(&FnKernel(slice), vec![f32s(&[5, 7], 1), ints(&[4, 0]), ints(&[2, 7])]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(run(&FnKernel(slice), vec![f32s(&[5, 7], 1), ints(&[-1, 0]), ints(&[1, 7])]), Err(Error::InvalidArgument(_))));
+        // Identity slice forwards.
+        let (_, out) = run(&FnKernel(slice), vec![f32s(&[2, 2], 1), ints(&[0, 0]), ints(&[-1, -1])]).unwrap();
+        assert_eq!(out, values(4, 1));
+    }
+
+    fn strided(shape: &[usize], begin: &[i64], end: &[i64], strides: &[i64], masks: Masks) -> Result<(Vec<usize>, Vec<f32>), Error> {
+        run(&StridedSlice { masks, grad: false }, vec![f32s(shape, 5), ints(begin), ints(end), ints(strides)])
+    }
+
+    #[test]
+    fn strided_slice_follows_numpy() {
+        let x = values(4 * 5 * 6, 5);
+        let at = |i: usize, j: usize, k: usize| x[(i * 5 + j) * 6 + k];
+        let none = Masks::default();
+        // x[1:-1:2, ::-1, 4]  (end mask and begin mask on dim 1, shrink on 2)
+        let m = Masks { begin: 0b010, end: 0b010, shrink_axis: 0b100, ..none };
+        let (shape, out) = strided(&[4, 5, 6], &[1, 0, 4], &[-1, 0, 5], &[2, -1, 1], m).unwrap();
+        assert_eq!(shape, vec![1, 5]);
+        assert_eq!(out, (0..5).rev().map(|j| at(1, j, 4)).collect::<Vec<_>>());
+        // x[..., 0]
+        let m = Masks { ellipsis: 0b01, shrink_axis: 0b10, ..none };
+        let (shape, out) = strided(&[4, 5, 6], &[0, 0], &[0, 1], &[1, 1], m).unwrap();
+        assert_eq!(shape, vec![4, 5]);
+        assert_eq!(out, (0..20).map(|f| at(f / 5, f % 5, 0)).collect::<Vec<_>>());
+        // x[:, None, -1]  → [4,1,6]
+        let m = Masks { begin: 0b001, end: 0b001, new_axis: 0b010, shrink_axis: 0b100, ..none };
+        let (shape, out) = strided(&[4, 5, 6], &[0, 0, -1], &[0, 0, 0], &[1, 1, 1], m).unwrap();
+        assert_eq!(shape, vec![4, 1, 6]);
+        assert_eq!(out, (0..24).map(|f| at(f / 6, 4, f % 6)).collect::<Vec<_>>());
+        // x[3:1:-1, 10:, -100:2]: clamped ranges.
+        let (shape, out) = strided(&[4, 5, 6], &[3, 10, -100], &[1, 20, 2], &[-1, 1, 1], none).unwrap();
+        assert_eq!((shape, out.len()), (vec![2, 0, 2], 0));
+        let (shape, out) = strided(&[4, 5, 6], &[3, 1, -100], &[1, 3, 2], &[-1, 1, 1], none).unwrap();
+        assert_eq!(shape, vec![2, 2, 2]);
+        let mut expected = vec![];
+        for i in [3, 2] {
+            for j in 1..3 {
+                for k in 0..2 {
+                    expected.push(at(i, j, k));
+                }
+            }
+        }
+        assert_eq!(out, expected);
+        // x[::-2, ::3, ::-4] on all dims.
+        let m = Masks { begin: 0b111, end: 0b111, ..none };
+        let (shape, out) = strided(&[4, 5, 6], &[0, 0, 0], &[0, 0, 0], &[-2, 3, -4], m).unwrap();
+        assert_eq!(shape, vec![2, 2, 2]);
+        let mut expected = vec![];
+        for i in [3, 1] {
+            for j in [0, 3] {
+                for k in [5, 1] {
+                    expected.push(at(i, j, k));
+                }
+            }
+        }
+        assert_eq!(out, expected);
+        // Errors: zero stride, out-of-range shrink, two ellipses.
+        assert!(matches!(strided(&[4], &[0], &[1], &[0], none), Err(Error::InvalidArgument(_))));
+        assert!(matches!(strided(&[4], &[4], &[5], &[1], Masks { shrink_axis: 1, ..none }), Err(Error::InvalidArgument(_))));
+        assert!(matches!(strided(&[4, 4], &[0, 0], &[1, 1], &[1, 1], Masks { ellipsis: 3, ..none }), Err(Error::InvalidArgument(_))));
+        assert!(matches!(strided(&[4], &[0, 0], &[1, 1], &[1, 1], none), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn strided_slice_grad_scatters_into_zeros() {
+        let m = Masks { begin: 0b10, end: 0b10, shrink_axis: 0b01, ..Masks::default() };
+        // grad of x[2, ::-2] for x of shape [3, 5]: dy shape [3].
+        let dy = Tensor::from_vec(&[3], vec![1.0f32, 2.0, 3.0]).unwrap();
+        let (shape, out) = run(
+            &StridedSlice { masks: m, grad: true },
+            vec![ints(&[3, 5]), ints(&[2, 0]), ints(&[3, 0]), ints(&[1, -2]), dy],
+        )
+        .unwrap();
+        assert_eq!(shape, vec![3, 5]);
+        let mut expected = vec![0.0; 15];
+        expected[10 + 4] = 1.0;
+        expected[10 + 2] = 2.0;
+        expected[10] = 3.0;
+        assert_eq!(out, expected);
+        let bad = Tensor::from_vec(&[2], vec![1.0f32, 2.0]).unwrap();
+        assert!(run(&StridedSlice { masks: m, grad: true }, vec![ints(&[3, 5]), ints(&[2, 0]), ints(&[3, 0]), ints(&[1, -2]), bad]).is_err());
+    }
+
+    #[test]
+    fn tile_pad_fill_match_reference() {
+        for (shape, mult) in [(&[2, 3][..], &[2, 3][..]), (&[][..], &[][..]), (&[3][..], &[0][..]), (&[1, 5, 1][..], &[3, 1, 4][..]), (&[60, 70][..], &[3, 4][..])] {
+            let input = f32s(shape, 2);
+            let src = input.to_vec::<f32>().unwrap();
+            let (out_shape, out) = run(&FnKernel(tile), vec![input, ints(mult)]).unwrap();
+            let expected_shape: Vec<usize> = shape.iter().zip(mult).map(|(&d, &m)| d * m as usize).collect();
+            assert_eq!(out_shape, expected_shape);
+            for (flat, &v) in out.iter().enumerate() {
+                let idx: Vec<usize> = unravel(&out_shape, flat).iter().zip(shape).map(|(&i, &d)| i % d).collect();
+                assert_eq!(v, src[ravel(shape, &idx)]);
+            }
+        }
+        assert!(run(&FnKernel(tile), vec![f32s(&[2], 1), ints(&[-1])]).is_err());
+        assert!(run(&FnKernel(tile), vec![f32s(&[2], 1), ints(&[1, 1])]).is_err());
+
+        for (shape, pads) in [(&[2, 3][..], &[1i64, 2, 0, 3][..]), (&[3][..], &[0, 0][..]), (&[0, 2][..], &[1, 1, 1, 0][..]), (&[200, 100][..], &[3, 5, 7, 1][..]), (&[2, 1, 3][..], &[1, 0, 2, 2, 0, 1][..])] {
+            let input = f32s(shape, 4);
+            let src = input.to_vec::<f32>().unwrap();
+            let paddings = Tensor::from_vec(&[shape.len(), 2], pads.to_vec()).unwrap();
+            let constant = Tensor::from_vec(&[], vec![7.5f32]).unwrap();
+            let (out_shape, out) = run(&Pad { v2: true }, vec![input, paddings, constant]).unwrap();
+            for (flat, &v) in out.iter().enumerate() {
+                let idx = unravel(&out_shape, flat);
+                let inner: Option<Vec<usize>> = idx.iter().enumerate().map(|(i, &o)| o.checked_sub(pads[2 * i] as usize).filter(|&j| j < shape[i])).collect();
+                let expected = inner.map_or(7.5, |ii| src[ravel(shape, &ii)]);
+                assert_eq!(v, expected, "{shape:?} {pads:?} @{flat}");
+            }
+        }
+        let paddings = Tensor::from_vec(&[1, 2], vec![-1i32, 0]).unwrap();
+        assert!(run(&Pad { v2: false }, vec![f32s(&[3], 1), paddings]).is_err());
+
+        let (shape, out) = run(&FnKernel(fill), vec![ints(&[2, 0, 3]), Tensor::from_vec(&[], vec![1.5f32]).unwrap()]).unwrap();
+        assert_eq!((shape, out.len()), (vec![2, 0, 3], 0));
+        let (shape, out) = run(&FnKernel(fill), vec![i32s(&[3, 70000]), Tensor::from_vec(&[], vec![1.5f32]).unwrap()]).unwrap();
+        assert_eq!(shape, vec![3, 70000]);
+        assert!(out.iter().all(|&v| v == 1.5));
+        assert!(run(&FnKernel(fill), vec![ints(&[-2]), Tensor::from_vec(&[], vec![1.5f32]).unwrap()]).is_err());
+    }
+
+    #[test]
+    fn gather_matches_reference() {
+        // params [3,4,5], axis 1, indices [2,3] → [3,2,3,5]
+        let params = f32s(&[3, 4, 5], 6);
+        let p = params.to_vec::<f32>().unwrap();
+        let idx = vec![3i64, 0, 1, 1, 2, 3];
+        let (shape, out) = run(
+            &GatherV2 { batch_dims: 0 },
+            vec![params, Tensor::from_vec(&[2, 3], idx.clone()).unwrap(), scalar_i(1)],
+        )
+        .unwrap();
+        assert_eq!(shape, vec![3, 2, 3, 5]);
+        for (flat, &v) in out.iter().enumerate() {
+            let i = unravel(&shape, flat);
+            assert_eq!(v, p[ravel(&[3, 4, 5], &[i[0], idx[i[1] * 3 + i[2]] as usize, i[3]])]);
+        }
+        // batch_dims 1: params [3,4,5], indices [3,2], axis 1 → [3,2,5]
+        let params = f32s(&[3, 4, 5], 6);
+        let idx = vec![0i32, 3, 2, 2, 1, 0];
+        let (shape, out) = run(
+            &GatherV2 { batch_dims: 1 },
+            vec![params, Tensor::from_vec(&[3, 2], idx.clone()).unwrap(), Tensor::from_vec(&[], vec![-2i32]).unwrap()],
+        )
+        .unwrap();
+        assert_eq!(shape, vec![3, 2, 5]);
+        for (flat, &v) in out.iter().enumerate() {
+            let i = unravel(&shape, flat);
+            assert_eq!(v, p[ravel(&[3, 4, 5], &[i[0], idx[i[0] * 2 + i[1]] as usize, i[2]])]);
+        }
+        // Out of range index.
+        let err = run(&GatherV2 { batch_dims: 0 }, vec![f32s(&[4, 2], 1), Tensor::from_vec(&[2, 2], vec![0i64, 1, 2, 4]).unwrap(), scalar_i(0)]).unwrap_err();
+        assert!(err.to_string().contains("indices[1,1] = 4 is not in [0, 4)"), "{err}");
+        // Scalars gathered from a vector (rows of one element), 2-D indices.
+        let params = f32s(&[7], 2);
+        let p = params.to_vec::<f32>().unwrap();
+        let idx = vec![6i32, 0, 3, 3, 1, 5];
+        let (shape, out) = run(&GatherV2 { batch_dims: 0 }, vec![params, Tensor::from_vec(&[3, 2], idx.clone()).unwrap(), scalar_i(0)]).unwrap();
+        assert_eq!(shape, vec![3, 2]);
+        assert_eq!(out, idx.iter().map(|&i| p[i as usize]).collect::<Vec<_>>());
+        // Empty indices.
+        let (shape, out) = run(&GatherV2 { batch_dims: 0 }, vec![f32s(&[4, 2], 1), Tensor::from_vec(&[0], Vec::<i64>::new()).unwrap(), scalar_i(0)]).unwrap();
+        assert_eq!((shape, out.len()), (vec![0, 2], 0));
+    }
+
+    #[test]
+    fn one_hot_matches_reference() {
+        let on = || Tensor::from_vec(&[], vec![2.0f32]).unwrap();
+        let off = || Tensor::from_vec(&[], vec![-1.0f32]).unwrap();
+        let idx = vec![0i64, 3, -1, 2, 5, 1];
+        for axis in [-1i64, 0, 1, 2] {
+            let (shape, out) = run(
+                &OneHot { axis },
+                vec![Tensor::from_vec(&[2, 3], idx.clone()).unwrap(), Tensor::from_vec(&[], vec![4i32]).unwrap(), on(), off()],
+            )
+            .unwrap();
+            let ax = if axis == -1 { 2 } else { axis as usize };
+            let mut expected_shape = vec![2, 3];
+            expected_shape.insert(ax, 4);
+            assert_eq!(shape, expected_shape);
+            for (flat, &v) in out.iter().enumerate() {
+                let mut i = unravel(&shape, flat);
+                let d = i.remove(ax) as i64;
+                assert_eq!(v, if idx[i[0] * 3 + i[1]] == d { 2.0 } else { -1.0 });
+            }
+        }
+        assert!(run(&OneHot { axis: 3 }, vec![Tensor::from_vec(&[2], vec![0i64, 1]).unwrap(), Tensor::from_vec(&[], vec![4i32]).unwrap(), on(), off()]).is_err());
+    }
+
+    #[test]
+    fn add_n_and_broadcast_to() {
+        let inputs: Vec<Tensor> = (0..11).map(|i| f32s(&[7, 13], i)).collect();
+        let srcs: Vec<Vec<f32>> = inputs.iter().map(|t| t.to_vec().unwrap()).collect();
+        let (shape, out) = run(&FnKernel(add_n), inputs).unwrap();
+        assert_eq!(shape, vec![7, 13]);
+        for (j, &v) in out.iter().enumerate() {
+            // 11 inputs: (((in0 + in1) + in2) + (in3 + … + in10)).
+            let head = srcs[0][j] + srcs[1][j] + srcs[2][j];
+            let mut group = srcs[3][j];
+            for s in &srcs[4..] {
+                group += s[j];
+            }
+            assert_eq!(v, head + group);
+        }
+        assert!(run(&FnKernel(add_n), vec![f32s(&[2], 1), f32s(&[3], 1)]).is_err());
+        let big: Vec<Tensor> = (0..3).map(|i| f32s(&[50000], i)).collect();
+        let (_, out) = run(&FnKernel(add_n), big).unwrap();
+        let s: Vec<Vec<f32>> = (0..3).map(|i| values(50000, i)).collect();
+        assert!(out.iter().enumerate().all(|(j, &v)| v == s[0][j] + s[1][j] + s[2][j]));
+
+        let input = f32s(&[3, 1], 8);
+        let src = input.to_vec::<f32>().unwrap();
+        let (shape, out) = run(&FnKernel(broadcast_to), vec![input, ints(&[2, 3, 4])]).unwrap();
+        assert_eq!(shape, vec![2, 3, 4]);
+        for (flat, &v) in out.iter().enumerate() {
+            assert_eq!(v, src[unravel(&shape, flat)[1]]);
+        }
+        assert!(run(&FnKernel(broadcast_to), vec![f32s(&[3], 8), ints(&[2, 4])]).is_err());
+        assert!(run(&FnKernel(broadcast_to), vec![f32s(&[3, 2], 8), ints(&[2])]).is_err());
+        let (shape, out) = run(&FnKernel(broadcast_to), vec![f32s(&[], 8), ints(&[0, 4])]).unwrap();
+        assert_eq!((shape, out.len()), (vec![0, 4], 0));
+    }
+
+    #[test]
+    fn views_collapse_contiguous_dims() {
+        assert_eq!(View::new(0, &[2, 3, 4], &[12, 4, 1]), View { offset: 0, dims: vec![24], steps: vec![1] });
+        assert_eq!(View::new(5, &[1, 1], &[7, 1]), View { offset: 5, dims: vec![1], steps: vec![1] });
+        assert_eq!(View::new(0, &[3, 1, 4], &[1, 9, 3]).dims, vec![3, 4]);
+    }
+}
+

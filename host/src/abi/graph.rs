@@ -1,0 +1,174 @@
+//! `TF_InitGraph` and the callback of the graph optimizer it registers.
+//!
+//! TensorFlow runs a plugin's optimizer, after its own grappler passes, on
+//! every graph (and instantiated function) whose devices include the type
+//! the plugin registered it for. The callback hands the serialized GraphDef
+//! to [`crate::graph::optimize`] and returns the result in a buffer
+//! TensorFlow frees through our deallocator. On an error status TensorFlow
+//! keeps its original graph, so a failed pass costs nothing but the pass.
+//!
+//! Registration can never decline. TensorFlow 2.21 aborts the process both
+//! on a second optimizer for the same device type (`LOG(FATAL)`
+//! "PluginGraphOptimizer with device_type WASM is registered twice.") and on
+//! an error status from `TF_InitGraph` (a `CHECK` in
+//! `TF_LoadPluggableDeviceLibrary`), so the only error we report is for
+//! structs TensorFlow could not use anyway. A second copy of the library, or
+//! an invalid `TFWASM_DEVICE_TYPE`, registers under a device type no device
+//! has, and its optimizer never runs.
+
+use std::ffi::{c_void, CStr, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use super::ffi::grappler::*;
+use super::ffi::status::TF_Status;
+use super::ffi_guard;
+use crate::error::Error;
+
+/// The device type whose graphs [`optimize`] rewrites, set by the one real
+/// registration of this library.
+static TARGET: OnceLock<String> = OnceLock::new();
+
+/// Entry point TensorFlow calls once per loaded library, after `SE_InitPlugin`.
+///
+/// # Safety
+/// `params` and `status` are valid pointers supplied by TensorFlow.
+#[no_mangle]
+pub unsafe extern "C" fn TF_InitGraph(params: *mut TP_OptimizerRegistrationParams, status: *mut TF_Status) {
+    crate::config::init_logging();
+    ffi_guard(status, || {
+        // SAFETY: TensorFlow passes a valid, exclusive params struct for this call.
+        let params = unsafe { params.as_mut() }.ok_or_else(|| Error::InvalidArgument("null optimizer registration params".into()))?;
+        // TensorFlow fills `struct_size` (and the sub-structs') before the call;
+        // an older TF without our fields, or missing out-structs, cannot take a
+        // registration at all.
+        if params.struct_size < TP_OPTIMIZER_REGISTRATION_PARAMS_STRUCT_SIZE
+            || params.optimizer_configs.is_null()
+            || params.optimizer.is_null()
+        {
+            return Err(Error::InvalidArgument(format!(
+                "TF_InitGraph: unsupported registration params (struct_size {}, expected at least {})",
+                params.struct_size, TP_OPTIMIZER_REGISTRATION_PARAMS_STRUCT_SIZE
+            )));
+        }
+        let (device_type, optimize_func): (&'static CStr, TP_OptimizeFn) = match crate::config::device_type() {
+            _ if super::stream_executor::is_duplicate_load() => {
+                tracing::debug!("tfwasm: second copy of the plugin: its graph pass stays inert");
+                (inert_device_type()?, optimize_inert)
+            }
+            Ok(device_type) => {
+                let name = device_type.to_str().map_err(|_| Error::Internal("device type is not UTF-8".into()))?;
+                if TARGET.set(name.to_owned()).is_err() {
+                    // `TF_InitGraph` again in the same library: TF would abort on
+                    // the second registration of this type.
+                    (inert_device_type()?, optimize_inert)
+                } else {
+                    (device_type, optimize)
+                }
+            }
+            Err(error) => {
+                tracing::error!("{error}. tfwasm registers no graph pass.");
+                (inert_device_type()?, optimize_inert)
+            }
+        };
+
+        params.major_version = GO_MAJOR;
+        params.minor_version = GO_MINOR;
+        params.patch_version = GO_PATCH;
+        params.device_type = device_type.as_ptr();
+        // SAFETY: checked non-null above; TensorFlow owns these structs for the
+        // call and expects us to fill them in. Every TF_TriState stays
+        // `Default`: TensorFlow's own passes run as they would without us.
+        unsafe {
+            *params.optimizer_configs = TP_OptimizerConfigs::default();
+            *params.optimizer = TP_Optimizer { optimize_func: Some(optimize_func), ..Default::default() };
+        }
+        params.struct_size = TP_OPTIMIZER_REGISTRATION_PARAMS_STRUCT_SIZE;
+        Ok(())
+    });
+}
+
+/// A device type no device has, new on each call: TensorFlow keys optimizers
+/// by type and aborts on a repeat. Leaked: TensorFlow keeps the pointer.
+fn inert_device_type() -> Result<&'static CStr, Error> {
+    static COUNT: AtomicUsize = AtomicUsize::new(0);
+    let name = format!("TFWASM_INERT_GRAPH_{}", COUNT.fetch_add(1, Ordering::Relaxed));
+    let name = CString::new(name).map_err(|_| Error::Internal("inert device type".into()))?;
+    Ok(Box::leak(name.into_boxed_c_str()))
+}
+
+/// The pass on graphs of our device type.
+unsafe extern "C" fn optimize(
+    _optimizer: *mut c_void,
+    graph: *const TF_Buffer,
+    _item: *const TF_GrapplerItem,
+    optimized: *mut TF_Buffer,
+    status: *mut TF_Status,
+) {
+    ffi_guard(status, || {
+        let device_type = TARGET.get().ok_or_else(|| Error::Internal("graph pass without a registration".into()))?;
+        // SAFETY: TensorFlow passes its serialized graph, valid for this call.
+        let input = unsafe { graph_bytes(graph) }?;
+        let output = crate::graph::optimize(input, device_type)?;
+        // SAFETY: as above, for the output buffer.
+        unsafe { set_buffer(optimized, output) }
+    });
+}
+
+/// The optimizer of an inert registration: never run (no device has its
+/// type); if it were, it hands the graph back unchanged.
+unsafe extern "C" fn optimize_inert(
+    _optimizer: *mut c_void,
+    graph: *const TF_Buffer,
+    _item: *const TF_GrapplerItem,
+    optimized: *mut TF_Buffer,
+    status: *mut TF_Status,
+) {
+    ffi_guard(status, || {
+        // SAFETY: as in `optimize`.
+        let input = unsafe { graph_bytes(graph) }?;
+        // SAFETY: as in `optimize`.
+        unsafe { set_buffer(optimized, input.to_vec()) }
+    });
+}
+
+/// The bytes of TensorFlow's input buffer.
+///
+/// # Safety
+/// `graph` is null or points to a `TF_Buffer` whose `data` holds `length`
+/// readable bytes for the lifetime `'a`.
+unsafe fn graph_bytes<'a>(graph: *const TF_Buffer) -> Result<&'a [u8], Error> {
+    // SAFETY: per the contract.
+    let graph = unsafe { graph.as_ref() }.ok_or_else(|| Error::InvalidArgument("graph pass: null input buffer".into()))?;
+    match (graph.data.is_null(), graph.length) {
+        (_, 0) => Ok(&[]),
+        (true, _) => Err(Error::InvalidArgument("graph pass: input buffer without data".into())),
+        // SAFETY: per the contract: non-null, `length` bytes.
+        (false, length) => Ok(unsafe { std::slice::from_raw_parts(graph.data.cast::<u8>(), length) }),
+    }
+}
+
+/// Hands `bytes` to TensorFlow in `out`, which it releases with [`free_bytes`].
+///
+/// # Safety
+/// `out` is null or points to a `TF_Buffer` TensorFlow created for the
+/// output (empty: TensorFlow passes a fresh `TF_NewBuffer`).
+unsafe fn set_buffer(out: *mut TF_Buffer, bytes: Vec<u8>) -> Result<(), Error> {
+    // SAFETY: per the contract.
+    let out = unsafe { out.as_mut() }.ok_or_else(|| Error::InvalidArgument("graph pass: null output buffer".into()))?;
+    let bytes = bytes.into_boxed_slice();
+    out.length = bytes.len();
+    out.data = Box::into_raw(bytes).cast::<c_void>();
+    out.data_deallocator = Some(free_bytes);
+    Ok(())
+}
+
+/// `TF_Buffer::data_deallocator` for buffers made by [`set_buffer`].
+unsafe extern "C" fn free_bytes(data: *mut c_void, length: usize) {
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: `data` and `length` are those `set_buffer` stored: a leaked
+    // `Box<[u8]>` of `length` bytes, freed once (TF_DeleteBuffer).
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(data.cast::<u8>(), length)) });
+}

@@ -1,0 +1,63 @@
+//! The graph pass TensorFlow runs on every graph that holds a node of our
+//! device type (registered through `TF_InitGraph`, see `abi/graph.rs`).
+//!
+//! The pass works on the serialized GraphDef TensorFlow hands over and
+//! returns a serialized GraphDef. Today it makes one rewrite, [`xla`]: calls
+//! of `jit_compile=True` functions placed on our device run without XLA,
+//! which has no backend for a PluggableDevice. Input is untrusted: anything
+//! that is not valid wire format is a [`GraphError`], never a panic, and
+//! TensorFlow then keeps its original graph.
+//!
+//! - [`wire`]: a strict protobuf wire-format reader that yields byte ranges.
+//! - [`xla`]: the `_XlaMustCompile` rewrite.
+
+pub mod wire;
+pub mod xla;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A GraphDef the pass cannot read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GraphError {
+    #[error("malformed GraphDef at byte {offset}: {what}")]
+    Malformed { offset: usize, what: &'static str },
+}
+
+impl GraphError {
+    /// The same error with its offset made relative to an enclosing message
+    /// in which the inner one starts at `base`.
+    fn at(self, base: usize) -> Self {
+        match self {
+            GraphError::Malformed { offset, what } => GraphError::Malformed { offset: offset + base, what },
+        }
+    }
+}
+
+impl From<GraphError> for crate::Error {
+    fn from(error: GraphError) -> Self {
+        crate::Error::InvalidArgument(format!("graph pass: {error}; TensorFlow keeps the graph unchanged"))
+    }
+}
+
+/// Runs the pass on `graph` for nodes placed on `device_type`; returns the
+/// GraphDef TensorFlow continues with. The first time it makes a change the
+/// user is told, once per process.
+pub fn optimize(graph: &[u8], device_type: &str) -> Result<Vec<u8>, GraphError> {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    let cleared = xla::clear_must_compile(graph, device_type)?;
+    if !cleared.nodes.is_empty() && !WARNED.swap(true, Ordering::Relaxed) {
+        const SHOWN: usize = 3;
+        let mut names = cleared.nodes.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+        if cleared.nodes.len() > SHOWN {
+            names.push_str(", ...");
+        }
+        tracing::warn!(
+            "tfwasm: XLA has no backend for the {device_type} device, so {} jit-compiled function call(s) placed \
+             on it ({names}) run as ordinary TensorFlow function calls, without XLA. Calls placed on other devices \
+             still compile with XLA. (Keras turns XLA on by default, jit_compile=\"auto\"; pass jit_compile=False \
+             to silence this.) Shown once.",
+            cleared.nodes.len()
+        );
+    }
+    Ok(cleared.graph)
+}
