@@ -1,40 +1,145 @@
-//! Elementwise float32 `AddV2` and `Mul` with broadcasting.
+//! Elementwise binary ops with broadcasting: float32 arithmetic (`AddV2`,
+//! `Sub`, `Mul`, `RealDiv`, `DivNoNan`, `Maximum`, `Minimum`, `Pow`,
+//! `SquaredDifference`), comparisons (float32, and int64 for `Equal` and
+//! `NotEqual`) to bool, `LogicalAnd`/`LogicalOr` on bool, and `SelectV2`
+//! with three-way broadcasting.
 //!
 //! A [`BinaryPlan`] is made from the operand shapes alone, so the caller can
 //! allocate the output before computing. Same-shape operands and a
 //! single-element operand take loops the compiler vectorises; everything
 //! else walks the collapsed broadcast (see [`super::shape`]) in runs that
-//! use the same loops.
+//! use the same loops. Every op is one monomorphised loop: the op is chosen
+//! once per call, never per element.
 //!
 //! Small outputs compute inline on the calling thread: most tensors in a
 //! training step (biases, scalars, small activations) are far cheaper to add
 //! than a hand-off to the pool costs. Large ones are split into chunks
-//! across the compute pool.
+//! across the compute pool ([`fill_chunked`], also used by [`super::unary`]).
+//!
+//! Semantics follow TensorFlow's CPU kernels (Eigen): `Maximum`/`Minimum`
+//! propagate NaN (and return the first operand on ties, so `max(-0, 0)` is
+//! `-0`), `DivNoNan` is 0 wherever the divisor is 0 (even for a NaN
+//! dividend), `Pow` is C's `powf`.
 
 use rayon::prelude::*;
 
 use super::pool;
 use super::shape::{element_count, Broadcast, ShapeDisplay};
-use super::{expect_inputs, types, Kernel, KernelDef, OpContext};
+use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, TfBool};
 use crate::error::Error;
 
+macro_rules! arith {
+    ($name:literal, $op:expr) => {
+        KernelDef::new($name, types::T_F32, |_| Ok(Box::new(BinaryKernel { op: $op, name: $name })))
+    };
+}
+
+macro_rules! compare {
+    ($name:literal, $op:expr, $types:expr) => {
+        KernelDef::new($name, $types, |attrs| Ok(Box::new(CompareKernel::new($op, $name, attrs)?)))
+    };
+}
+
+/// float32, and int64 for the ops Keras' accuracy metrics run on integer
+/// labels. TensorFlow's own DEVICE_DEFAULT kernels cover int32 (in host
+/// memory); none covers int64, so there is no conflict.
+const F32_I64: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::I64])];
+
 pub const KERNELS: &[KernelDef] = &[
-    KernelDef::new("AddV2", types::T_F32, |_| Ok(Box::new(BinaryKernel(BinaryOp::Add)))),
-    KernelDef::new("Mul", types::T_F32, |_| Ok(Box::new(BinaryKernel(BinaryOp::Mul)))),
+    arith!("Add", BinaryOp::Add),
+    arith!("AddV2", BinaryOp::Add),
+    arith!("Sub", BinaryOp::Sub),
+    arith!("Mul", BinaryOp::Mul),
+    arith!("RealDiv", BinaryOp::RealDiv),
+    arith!("DivNoNan", BinaryOp::DivNoNan),
+    arith!("Maximum", BinaryOp::Maximum),
+    arith!("Minimum", BinaryOp::Minimum),
+    arith!("Pow", BinaryOp::Pow),
+    arith!("SquaredDifference", BinaryOp::SquaredDifference),
+    compare!("Equal", BinaryOp::Equal, F32_I64),
+    compare!("NotEqual", BinaryOp::NotEqual, F32_I64),
+    compare!("Less", BinaryOp::Less, types::T_F32),
+    compare!("LessEqual", BinaryOp::LessEqual, types::T_F32),
+    compare!("Greater", BinaryOp::Greater, types::T_F32),
+    compare!("GreaterEqual", BinaryOp::GreaterEqual, types::T_F32),
+    KernelDef::new("LogicalAnd", &[], |_| Ok(Box::new(LogicalKernel { op: BinaryOp::LogicalAnd }))),
+    KernelDef::new("LogicalOr", &[], |_| Ok(Box::new(LogicalKernel { op: BinaryOp::LogicalOr }))),
+    KernelDef::new("SelectV2", types::T_F32, |_| Ok(Box::new(SelectV2Kernel))),
 ];
 
-/// The kernel of one elementwise binary op.
+/// The kernel of one float32 arithmetic op.
 #[derive(Debug)]
-pub struct BinaryKernel(pub BinaryOp);
+pub struct BinaryKernel {
+    pub op: BinaryOp,
+    /// The TensorFlow op it is registered for (`Add` and `AddV2` share one).
+    pub name: &'static str,
+}
 
 impl Kernel for BinaryKernel {
     fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
-        let op = self.0.op_name();
-        expect_inputs(op, ctx, 2)?;
+        expect_inputs(self.name, ctx, 2)?;
         let (a, b) = (ctx.input(0)?, ctx.input(1)?);
-        let plan = BinaryPlan::new(self.0, a.shape(), b.shape())?;
+        let plan = BinaryPlan::named(self.op, self.name, a.shape(), b.shape())?;
         let mut out = ctx.allocate_output(0, plan.output_shape())?;
         plan.run(a.data()?, b.data()?, out.data_mut()?)
+    }
+}
+
+/// A comparison to bool. With `incompatible_shape_error=false` (an attribute
+/// of `Equal`/`NotEqual`), shapes that do not broadcast give a scalar
+/// `false` (`Equal`) or `true` (`NotEqual`) instead of an error.
+#[derive(Debug)]
+struct CompareKernel {
+    op: BinaryOp,
+    name: &'static str,
+    incompatible_shape_error: bool,
+}
+
+impl CompareKernel {
+    fn new(op: BinaryOp, name: &'static str, attrs: &dyn Attrs) -> Result<Self, Error> {
+        let incompatible_shape_error =
+            if attrs.has("incompatible_shape_error") { attrs.bool("incompatible_shape_error")? } else { true };
+        Ok(CompareKernel { op, name, incompatible_shape_error })
+    }
+}
+
+impl Kernel for CompareKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        expect_inputs(self.name, ctx, 2)?;
+        let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+        let plan = match BinaryPlan::named(self.op, self.name, a.shape(), b.shape()) {
+            Ok(plan) => plan,
+            Err(_) if !self.incompatible_shape_error => {
+                let mut out = ctx.allocate_output(0, &[])?;
+                out.data_mut::<TfBool>()?.fill(TfBool::from(self.op == BinaryOp::NotEqual));
+                return Ok(());
+            }
+            Err(error) => return Err(error),
+        };
+        let mut out = ctx.allocate_output(0, plan.output_shape())?;
+        let out_data = out.data_mut::<TfBool>()?;
+        match a.dtype() {
+            DType::F32 => plan.run_compare(a.data::<f32>()?, b.data::<f32>()?, out_data),
+            DType::I64 => plan.run_compare(a.data::<i64>()?, b.data::<i64>()?, out_data),
+            other => Err(Error::InvalidArgument(format!("{}: tfwasm has no {other} kernel", self.name))),
+        }
+    }
+}
+
+/// `LogicalAnd` / `LogicalOr` on bool.
+#[derive(Debug)]
+struct LogicalKernel {
+    op: BinaryOp,
+}
+
+impl Kernel for LogicalKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        let name = self.op.op_name();
+        expect_inputs(name, ctx, 2)?;
+        let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+        let plan = BinaryPlan::new(self.op, a.shape(), b.shape())?;
+        let mut out = ctx.allocate_output(0, plan.output_shape())?;
+        plan.run_logical(a.data()?, b.data()?, out.data_mut()?)
     }
 }
 
@@ -50,13 +155,57 @@ const MIN_CHUNK_ELEMENTS: usize = 16 * 1024;
 /// another kernel) does not hold up the whole op.
 const CHUNKS_PER_THREAD: usize = 4;
 
+/// Calls `fill(start, chunk)` over consecutive chunks covering `out`
+/// (`chunk` holds output elements `start..start + chunk.len()`): inline for
+/// small outputs, across the compute pool for large ones.
+pub fn fill_chunked<O, F>(out: &mut [O], fill: F)
+where
+    O: Send,
+    F: Fn(usize, &mut [O]) + Send + Sync,
+{
+    let len = out.len();
+    if len == 0 {
+        return;
+    }
+    if len < PARALLEL_MIN_ELEMENTS || pool::threads() == 1 {
+        fill(0, out);
+        return;
+    }
+    let chunk = len.div_ceil(pool::threads() * CHUNKS_PER_THREAD).max(MIN_CHUNK_ELEMENTS);
+    pool::install(|| {
+        out.par_chunks_mut(chunk).enumerate().for_each(|(i, out_chunk)| fill(i * chunk, out_chunk));
+    });
+}
+
 /// An elementwise binary operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BinaryOp {
-    /// TensorFlow `AddV2`: `x + y`.
+    /// `Add`, `AddV2`: `x + y`.
     Add,
-    /// TensorFlow `Mul`: `x * y`.
+    /// `x - y`.
+    Sub,
+    /// `x * y`.
     Mul,
+    /// `x / y`.
+    RealDiv,
+    /// `y == 0 ? 0 : x / y`.
+    DivNoNan,
+    /// Larger of `x`, `y`; NaN if either is.
+    Maximum,
+    /// Smaller of `x`, `y`; NaN if either is.
+    Minimum,
+    /// `powf(x, y)`.
+    Pow,
+    /// `(x - y)²`.
+    SquaredDifference,
+    Equal,
+    NotEqual,
+    Less,
+    LessEqual,
+    Greater,
+    GreaterEqual,
+    LogicalAnd,
+    LogicalOr,
 }
 
 impl BinaryOp {
@@ -64,8 +213,67 @@ impl BinaryOp {
     pub const fn op_name(self) -> &'static str {
         match self {
             BinaryOp::Add => "AddV2",
+            BinaryOp::Sub => "Sub",
             BinaryOp::Mul => "Mul",
+            BinaryOp::RealDiv => "RealDiv",
+            BinaryOp::DivNoNan => "DivNoNan",
+            BinaryOp::Maximum => "Maximum",
+            BinaryOp::Minimum => "Minimum",
+            BinaryOp::Pow => "Pow",
+            BinaryOp::SquaredDifference => "SquaredDifference",
+            BinaryOp::Equal => "Equal",
+            BinaryOp::NotEqual => "NotEqual",
+            BinaryOp::Less => "Less",
+            BinaryOp::LessEqual => "LessEqual",
+            BinaryOp::Greater => "Greater",
+            BinaryOp::GreaterEqual => "GreaterEqual",
+            BinaryOp::LogicalAnd => "LogicalAnd",
+            BinaryOp::LogicalOr => "LogicalOr",
         }
+    }
+
+    /// The float32 → float32 ops.
+    pub const ARITHMETIC: [BinaryOp; 9] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::RealDiv,
+        BinaryOp::DivNoNan,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+        BinaryOp::Pow,
+        BinaryOp::SquaredDifference,
+    ];
+
+    /// The comparisons (→ bool).
+    pub const COMPARISONS: [BinaryOp; 6] = [
+        BinaryOp::Equal,
+        BinaryOp::NotEqual,
+        BinaryOp::Less,
+        BinaryOp::LessEqual,
+        BinaryOp::Greater,
+        BinaryOp::GreaterEqual,
+    ];
+}
+
+/// `Maximum` as Eigen's `scalar_max_op<PropagateNaN>`: NaN if either is
+/// NaN, else `y > x ? y : x` (ties keep `x`, so `max(-0, 0) == -0`).
+#[inline(always)]
+pub fn maximum(x: f32, y: f32) -> f32 {
+    if y > x || y.is_nan() {
+        y
+    } else {
+        x
+    }
+}
+
+/// `Minimum` likewise: NaN if either is NaN, else `y < x ? y : x`.
+#[inline(always)]
+pub fn minimum(x: f32, y: f32) -> f32 {
+    if y < x || y.is_nan() {
+        y
+    } else {
+        x
     }
 }
 
@@ -74,6 +282,7 @@ impl BinaryOp {
 #[derive(Debug, Clone)]
 pub struct BinaryPlan {
     op: BinaryOp,
+    name: &'static str,
     a_shape: Vec<usize>,
     b_shape: Vec<usize>,
     broadcast: Broadcast,
@@ -82,9 +291,13 @@ pub struct BinaryPlan {
 impl BinaryPlan {
     /// Fails when the shapes do not broadcast.
     pub fn new(op: BinaryOp, a_shape: &[usize], b_shape: &[usize]) -> Result<Self, Error> {
-        let broadcast =
-            Broadcast::new(a_shape, b_shape).map_err(|e| Error::InvalidArgument(format!("{}: {e}", op.op_name())))?;
-        Ok(BinaryPlan { op, a_shape: a_shape.to_vec(), b_shape: b_shape.to_vec(), broadcast })
+        Self::named(op, op.op_name(), a_shape, b_shape)
+    }
+
+    /// As [`BinaryPlan::new`], with errors naming TensorFlow op `name`.
+    pub fn named(op: BinaryOp, name: &'static str, a_shape: &[usize], b_shape: &[usize]) -> Result<Self, Error> {
+        let broadcast = Broadcast::new(a_shape, b_shape).map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))?;
+        Ok(BinaryPlan { op, name, a_shape: a_shape.to_vec(), b_shape: b_shape.to_vec(), broadcast })
     }
 
     pub fn op(&self) -> BinaryOp {
@@ -100,52 +313,79 @@ impl BinaryPlan {
         self.broadcast.output_len()
     }
 
-    /// Computes `out = a (op) b`. The slices are row-major with the shapes
-    /// the plan was made for; `out` may hold anything beforehand.
+    /// Computes `out = a (op) b` for an arithmetic op. The slices are
+    /// row-major with the shapes the plan was made for; `out` may hold
+    /// anything beforehand.
     pub fn run(&self, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
+        match self.op {
+            BinaryOp::Add => self.map(a, b, out, |x, y| x + y),
+            BinaryOp::Sub => self.map(a, b, out, |x, y| x - y),
+            BinaryOp::Mul => self.map(a, b, out, |x, y| x * y),
+            BinaryOp::RealDiv => self.map(a, b, out, |x, y| x / y),
+            BinaryOp::DivNoNan => self.map(a, b, out, |x, y| if y == 0.0 { 0.0 } else { x / y }),
+            BinaryOp::Maximum => self.map(a, b, out, maximum),
+            BinaryOp::Minimum => self.map(a, b, out, minimum),
+            BinaryOp::Pow => self.map(a, b, out, f32::powf),
+            BinaryOp::SquaredDifference => self.map(a, b, out, |x, y| (x - y) * (x - y)),
+            _ => Err(self.wrong_kind("float32 arithmetic")),
+        }
+    }
+
+    /// Computes a comparison op into bools.
+    pub fn run_compare<T: Element + PartialOrd>(&self, a: &[T], b: &[T], out: &mut [TfBool]) -> Result<(), Error> {
+        match self.op {
+            BinaryOp::Equal => self.map(a, b, out, |x, y| TfBool((x == y) as u8)),
+            BinaryOp::NotEqual => self.map(a, b, out, |x, y| TfBool((x != y) as u8)),
+            BinaryOp::Less => self.map(a, b, out, |x, y| TfBool((x < y) as u8)),
+            BinaryOp::LessEqual => self.map(a, b, out, |x, y| TfBool((x <= y) as u8)),
+            BinaryOp::Greater => self.map(a, b, out, |x, y| TfBool((x > y) as u8)),
+            BinaryOp::GreaterEqual => self.map(a, b, out, |x, y| TfBool((x >= y) as u8)),
+            _ => Err(self.wrong_kind("comparison")),
+        }
+    }
+
+    /// Computes `LogicalAnd` / `LogicalOr`.
+    pub fn run_logical(&self, a: &[TfBool], b: &[TfBool], out: &mut [TfBool]) -> Result<(), Error> {
+        match self.op {
+            BinaryOp::LogicalAnd => self.map(a, b, out, |x, y| TfBool((x.get() & y.get()) as u8)),
+            BinaryOp::LogicalOr => self.map(a, b, out, |x, y| TfBool((x.get() | y.get()) as u8)),
+            _ => Err(self.wrong_kind("logical")),
+        }
+    }
+
+    fn wrong_kind(&self, kind: &str) -> Error {
+        Error::Internal(format!("{}: not a {kind} op", self.name))
+    }
+
+    /// `out[i] = f(a[..], b[..])` over the broadcast, after checking every
+    /// length. Monomorphised per op so the inner loops vectorise.
+    pub fn map<A, B, O, F>(&self, a: &[A], b: &[B], out: &mut [O], f: F) -> Result<(), Error>
+    where
+        A: Copy + Sync,
+        B: Copy + Sync,
+        O: Copy + Send,
+        F: Fn(A, B) -> O + Copy + Send + Sync,
+    {
         self.check_len("x", a.len(), &self.a_shape)?;
         self.check_len("y", b.len(), &self.b_shape)?;
         self.check_len("the output", out.len(), self.output_shape())?;
-        match self.op {
-            BinaryOp::Add => self.fill(a, b, out, |x, y| x + y),
-            BinaryOp::Mul => self.fill(a, b, out, |x, y| x * y),
-        }
+        fill_chunked(out, |start, chunk| self.fill_range(a, b, start, chunk, f));
         Ok(())
     }
 
     fn check_len(&self, what: &str, len: usize, shape: &[usize]) -> Result<(), Error> {
-        if element_count(shape) == Some(len) {
-            Ok(())
-        } else {
-            Err(Error::InvalidArgument(format!(
-                "{}: {what} has {len} elements but its shape {} needs {}",
-                self.op.op_name(),
-                ShapeDisplay(shape),
-                element_count(shape).map_or_else(|| "more than addressable".to_owned(), |n| n.to_string())
-            )))
-        }
-    }
-
-    /// Monomorphised per op so the inner loops vectorise.
-    fn fill<F>(&self, a: &[f32], b: &[f32], out: &mut [f32], f: F)
-    where
-        F: Fn(f32, f32) -> f32 + Copy + Send + Sync,
-    {
-        let len = out.len();
-        if len < PARALLEL_MIN_ELEMENTS || pool::threads() == 1 {
-            self.fill_range(a, b, 0, out, f);
-            return;
-        }
-        let chunk = len.div_ceil(pool::threads() * CHUNKS_PER_THREAD).max(MIN_CHUNK_ELEMENTS);
-        pool::install(|| {
-            out.par_chunks_mut(chunk)
-                .enumerate()
-                .for_each(|(i, out_chunk)| self.fill_range(a, b, i * chunk, out_chunk, f));
-        });
+        check_len(self.name, what, len, shape)
     }
 
     /// Fills `out`, which holds output elements `start..start + out.len()`.
-    fn fill_range<F: Fn(f32, f32) -> f32 + Copy>(&self, a: &[f32], b: &[f32], start: usize, out: &mut [f32], f: F) {
+    fn fill_range<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O + Copy>(
+        &self,
+        a: &[A],
+        b: &[B],
+        start: usize,
+        out: &mut [O],
+        f: F,
+    ) {
         if out.is_empty() {
             return;
         }
@@ -163,9 +403,22 @@ impl BinaryPlan {
     }
 }
 
+/// Checks that a buffer has the elements its shape needs.
+pub fn check_len(op: &str, what: &str, len: usize, shape: &[usize]) -> Result<(), Error> {
+    if element_count(shape) == Some(len) {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "{op}: {what} has {len} elements but its shape {} needs {}",
+            ShapeDisplay(shape),
+            element_count(shape).map_or_else(|| "more than addressable".to_owned(), |n| n.to_string())
+        )))
+    }
+}
+
 /// The elements of one operand a run reads: `len` consecutive ones, or the
 /// single repeated one when `step == 0`.
-fn operand(data: &[f32], first: usize, len: usize, step: usize) -> &[f32] {
+fn operand<T>(data: &[T], first: usize, len: usize, step: usize) -> &[T] {
     if step == 0 {
         &data[first..first + 1]
     } else {
@@ -176,7 +429,7 @@ fn operand(data: &[f32], first: usize, len: usize, step: usize) -> &[f32] {
 /// `out[i] = f(a[i * a_step], b[i * b_step])` with steps 0 or 1, each case a
 /// plain loop the compiler vectorises.
 #[inline(always)]
-fn combine<F: Fn(f32, f32) -> f32>(f: F, a: &[f32], a_step: usize, b: &[f32], b_step: usize, out: &mut [f32]) {
+fn combine<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(f: F, a: &[A], a_step: usize, b: &[B], b_step: usize, out: &mut [O]) {
     match (a_step, b_step) {
         (0, 0) => out.fill(f(a[0], b[0])),
         (0, _) => {
@@ -199,9 +452,181 @@ fn combine<F: Fn(f32, f32) -> f32>(f: F, a: &[f32], a_step: usize, b: &[f32], b_
     }
 }
 
+// ---------------------------------------------------------------- SelectV2
+
+/// `SelectV2(condition, t, e)`: `condition ? t : e` elementwise, all three
+/// broadcast together.
+#[derive(Debug)]
+struct SelectV2Kernel;
+
+impl Kernel for SelectV2Kernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        expect_inputs("SelectV2", ctx, 3)?;
+        let (c, t, e) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        let plan = Broadcast3::new([c.shape(), t.shape(), e.shape()]).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "SelectV2: condition {}, then {}, and else {} must be broadcastable",
+                ShapeDisplay(c.shape()),
+                ShapeDisplay(t.shape()),
+                ShapeDisplay(e.shape())
+            ))
+        })?;
+        let mut out = ctx.allocate_output(0, &plan.output_shape)?;
+        select(&plan, c.data()?, t.data()?, e.data()?, out.data_mut()?)
+    }
+}
+
+/// `out = c ? t : e` over a three-way broadcast.
+fn select(plan: &Broadcast3, c: &[TfBool], t: &[f32], e: &[f32], out: &mut [f32]) -> Result<(), Error> {
+    for (what, len, shape) in [("condition", c.len(), &plan.shapes[0]), ("t", t.len(), &plan.shapes[1]), ("e", e.len(), &plan.shapes[2])] {
+        check_len("SelectV2", what, len, shape)?;
+    }
+    check_len("SelectV2", "the output", out.len(), &plan.output_shape)?;
+    fill_chunked(out, |start, chunk| {
+        plan.for_each_run(start, chunk.len(), |out_at, [ci, ti, ei], [cs, ts, es], len| {
+            let dst = &mut chunk[out_at - start..out_at - start + len];
+            match (cs, ts, es) {
+                (1, 1, 1) => {
+                    for (((o, &k), &x), &y) in dst.iter_mut().zip(&c[ci..ci + len]).zip(&t[ti..ti + len]).zip(&e[ei..ei + len]) {
+                        *o = if k.get() { x } else { y };
+                    }
+                }
+                (0, _, _) => {
+                    // One condition for the whole run: a copy (or fill).
+                    let (src, index, step) = if c[ci].get() { (t, ti, ts) } else { (e, ei, es) };
+                    if step == 0 {
+                        dst.fill(src[index]);
+                    } else {
+                        dst.copy_from_slice(&src[index..index + len]);
+                    }
+                }
+                _ => {
+                    for (j, o) in dst.iter_mut().enumerate() {
+                        *o = if c[ci + j].get() { t[ti + j * ts] } else { e[ei + j * es] };
+                    }
+                }
+            }
+        });
+    });
+    Ok(())
+}
+
+/// How three operand shapes broadcast onto one output, collapsed like
+/// [`Broadcast`]: size-1 output dims dropped, neighbours with the same
+/// repeat pattern merged.
+#[derive(Debug, Clone)]
+struct Broadcast3 {
+    shapes: [Vec<usize>; 3],
+    output_shape: Vec<usize>,
+    output_len: usize,
+    /// Collapsed dims, outermost first; never empty.
+    dims: Vec<usize>,
+    /// Per operand, its element stride along each collapsed dim (0 where it
+    /// repeats).
+    strides: [Vec<usize>; 3],
+}
+
+impl Broadcast3 {
+    /// `None` when the shapes do not broadcast (or the output is too large).
+    fn new(shapes: [&[usize]; 3]) -> Option<Self> {
+        let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+        let dim_of = |shape: &[usize], i: usize| if i + shape.len() < rank { 1 } else { shape[i + shape.len() - rank] };
+        let mut output_shape = Vec::with_capacity(rank);
+        for i in 0..rank {
+            let mut dim = 1;
+            for shape in shapes {
+                let d = dim_of(shape, i);
+                if d != 1 {
+                    if dim != 1 && dim != d {
+                        return None;
+                    }
+                    dim = d;
+                }
+            }
+            output_shape.push(dim);
+        }
+        let output_len = element_count(&output_shape)?;
+        let mut dims: Vec<usize> = Vec::new();
+        let mut repeats: Vec<[bool; 3]> = Vec::new();
+        for (i, &dim) in output_shape.iter().enumerate() {
+            if dim == 1 {
+                continue;
+            }
+            let pattern = shapes.map(|s| dim_of(s, i) == 1);
+            match (dims.last_mut(), repeats.last()) {
+                (Some(last), Some(&previous)) if previous == pattern => *last *= dim,
+                _ => {
+                    dims.push(dim);
+                    repeats.push(pattern);
+                }
+            }
+        }
+        if dims.is_empty() {
+            dims.push(1);
+            repeats.push([false; 3]);
+        }
+        let strides = [0, 1, 2].map(|k| {
+            let mut strides = vec![0; dims.len()];
+            let mut stride = 1;
+            for i in (0..dims.len()).rev() {
+                if !repeats[i][k] {
+                    strides[i] = stride;
+                    stride *= dims[i];
+                }
+            }
+            strides
+        });
+        Some(Broadcast3 { shapes: shapes.map(<[usize]>::to_vec), output_shape, output_len, dims, strides })
+    }
+
+    /// Calls `visit(out, offsets, steps, len)` for consecutive runs covering
+    /// output elements `start..start + len`; a run never crosses the end of
+    /// the innermost collapsed dim, and operand `k` reads elements
+    /// `offsets[k] + j * steps[k]` for `j < len`.
+    fn for_each_run(&self, start: usize, len: usize, mut visit: impl FnMut(usize, [usize; 3], [usize; 3], usize)) {
+        let end = start.saturating_add(len).min(self.output_len);
+        if start >= end {
+            return;
+        }
+        let rank = self.dims.len();
+        let inner = rank - 1;
+        let mut index = vec![0usize; rank];
+        let mut rest = start;
+        for i in (0..rank).rev() {
+            index[i] = rest % self.dims[i];
+            rest /= self.dims[i];
+        }
+        let mut offsets = [0, 1, 2].map(|k| (0..rank).map(|i| index[i] * self.strides[k][i]).sum::<usize>());
+        let steps = [0, 1, 2].map(|k| self.strides[k][inner]);
+        let mut out = start;
+        while out < end {
+            let len = (self.dims[inner] - index[inner]).min(end - out);
+            visit(out, offsets, steps, len);
+            out += len;
+            if out == end {
+                break;
+            }
+            index[inner] += len;
+            for (offset, step) in offsets.iter_mut().zip(steps) {
+                *offset += len * step;
+            }
+            let mut i = inner;
+            while index[i] == self.dims[i] && i > 0 {
+                for (offset, strides) in offsets.iter_mut().zip(&self.strides) {
+                    *offset = *offset - self.dims[i] * strides[i] + strides[i - 1];
+                }
+                index[i] = 0;
+                i -= 1;
+                index[i] += 1;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::{LocalContext, Tensor};
 
     /// Deterministic, varied values (no two neighbours alike).
     fn values(len: usize, seed: u32) -> Vec<f32> {
@@ -214,43 +639,115 @@ mod tests {
             .collect()
     }
 
-    /// Reference: index every element from its full multi-index.
-    fn reference(op: BinaryOp, a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize]) -> (Vec<usize>, Vec<f32>) {
+    /// Values with repeats across operands (so `Equal` is sometimes true),
+    /// zeros, and the odd NaN.
+    fn coarse_values(len: usize, seed: u32) -> Vec<f32> {
+        values(len, seed)
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| if i % 17 == 5 { f32::NAN } else { (v * 2.0).round() / 2.0 })
+            .collect()
+    }
+
+    /// Reference broadcast: index every element from its full multi-index.
+    fn reference<A: Copy, B: Copy, O>(
+        a: &[A],
+        a_shape: &[usize],
+        b: &[B],
+        b_shape: &[usize],
+        f: impl Fn(A, B) -> O,
+    ) -> (Vec<usize>, Vec<O>) {
         let rank = a_shape.len().max(b_shape.len());
         let pad = |s: &[usize]| [vec![1; rank - s.len()], s.to_vec()].concat();
         let (pa, pb) = (pad(a_shape), pad(b_shape));
         let out_shape: Vec<usize> = pa.iter().zip(&pb).map(|(&x, &y)| if x == 1 { y } else { x }).collect();
         let len: usize = out_shape.iter().product();
-        let offset = |shape: &[usize], index: &[usize]| {
-            shape.iter().zip(index).fold(0, |acc, (&dim, &i)| acc * dim + if dim == 1 { 0 } else { i })
-        };
         let mut out = Vec::with_capacity(len);
         for flat in 0..len {
-            let mut index = vec![0; rank];
-            let mut rest = flat;
-            for i in (0..rank).rev() {
-                index[i] = rest % out_shape[i];
-                rest /= out_shape[i];
-            }
-            let (x, y) = (a[offset(&pa, &index)], b[offset(&pb, &index)]);
-            out.push(match op {
-                BinaryOp::Add => x + y,
-                BinaryOp::Mul => x * y,
-            });
+            let index = unravel(flat, &out_shape);
+            out.push(f(a[offset(&pa, &index)], b[offset(&pb, &index)]));
         }
         (out_shape, out)
     }
 
-    fn check(op: BinaryOp, a_shape: &[usize], b_shape: &[usize]) {
-        let a = values(a_shape.iter().product(), 1);
-        let b = values(b_shape.iter().product(), 2);
+    fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+        let mut index = vec![0; shape.len()];
+        for i in (0..shape.len()).rev() {
+            index[i] = flat % shape[i];
+            flat /= shape[i];
+        }
+        index
+    }
+
+    /// Offset in a (rank-padded) operand of an output multi-index.
+    fn offset(shape: &[usize], index: &[usize]) -> usize {
+        shape.iter().zip(index).fold(0, |acc, (&dim, &i)| acc * dim + if dim == 1 { 0 } else { i })
+    }
+
+    fn reference_arith(op: BinaryOp, x: f32, y: f32) -> f32 {
+        match op {
+            BinaryOp::Add => x + y,
+            BinaryOp::Sub => x - y,
+            BinaryOp::Mul => x * y,
+            BinaryOp::RealDiv => x / y,
+            BinaryOp::DivNoNan => {
+                if y == 0.0 {
+                    0.0
+                } else {
+                    x / y
+                }
+            }
+            BinaryOp::Maximum => {
+                if x.is_nan() || y.is_nan() {
+                    f32::NAN
+                } else if x < y {
+                    y
+                } else {
+                    x
+                }
+            }
+            BinaryOp::Minimum => {
+                if x.is_nan() || y.is_nan() {
+                    f32::NAN
+                } else if y < x {
+                    y
+                } else {
+                    x
+                }
+            }
+            BinaryOp::Pow => f64::from(x).powf(f64::from(y)) as f32,
+            BinaryOp::SquaredDifference => {
+                let d = x - y;
+                d * d
+            }
+            _ => unreachable!(),
+        }
+    }
+
+    fn same(x: f32, y: f32, op: BinaryOp) -> bool {
+        if op == BinaryOp::Pow {
+            // powf is within an ulp or so of the correctly rounded result.
+            (x.is_nan() && y.is_nan()) || x == y || ((x - y) / y).abs() < 1e-6
+        } else {
+            x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())
+        }
+    }
+
+    fn check_arith(op: BinaryOp, a_shape: &[usize], b_shape: &[usize]) {
+        let mut a = coarse_values(a_shape.iter().product(), 1);
+        let b = coarse_values(b_shape.iter().product(), 2);
+        if op == BinaryOp::Pow {
+            // Positive bases, so results are finite and comparable.
+            a.iter_mut().for_each(|x| *x = x.abs() + 0.25);
+        }
         let plan = BinaryPlan::new(op, a_shape, b_shape).unwrap();
-        let (expected_shape, expected) = reference(op, &a, a_shape, &b, b_shape);
+        let (expected_shape, expected) = reference(&a, a_shape, &b, b_shape, |x, y| reference_arith(op, x, y));
         assert_eq!(plan.output_shape(), expected_shape.as_slice(), "{op:?} {a_shape:?} {b_shape:?}");
-        let mut out = vec![f32::NAN; plan.output_len()];
+        let mut out = vec![f32::from_bits(0x7fbf_ffff); plan.output_len()];
         plan.run(&a, &b, &mut out).unwrap();
-        // Same operations in the same order: results are bit-identical.
-        assert_eq!(out, expected, "{op:?} {a_shape:?} {b_shape:?}");
+        for (i, (&got, &want)) in out.iter().zip(&expected).enumerate() {
+            assert!(same(got, want, op), "{op:?} {a_shape:?} {b_shape:?} @{i}: {got} vs {want}");
+        }
     }
 
     const SHAPE_PAIRS: &[(&[usize], &[usize])] = &[
@@ -271,10 +768,10 @@ mod tests {
     ];
 
     #[test]
-    fn matches_reference_on_odd_shapes() {
-        for op in [BinaryOp::Add, BinaryOp::Mul] {
+    fn arithmetic_matches_reference_on_odd_shapes() {
+        for op in BinaryOp::ARITHMETIC {
             for &(a, b) in SHAPE_PAIRS {
-                check(op, a, b);
+                check_arith(op, a, b);
             }
         }
     }
@@ -282,13 +779,161 @@ mod tests {
     #[test]
     fn large_outputs_split_across_the_pool() {
         // Above PARALLEL_MIN_ELEMENTS, with chunk edges falling mid-row.
-        for op in [BinaryOp::Add, BinaryOp::Mul] {
-            check(op, &[257, 131], &[257, 131]);
-            check(op, &[257, 131], &[131]);
-            check(op, &[], &[257, 131]);
-            check(op, &[61, 1, 17], &[1, 37, 17]);
-            check(op, &[301, 1], &[1, 263]);
+        for op in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Maximum, BinaryOp::DivNoNan] {
+            check_arith(op, &[257, 131], &[257, 131]);
+            check_arith(op, &[257, 131], &[131]);
+            check_arith(op, &[], &[257, 131]);
+            check_arith(op, &[61, 1, 17], &[1, 37, 17]);
+            check_arith(op, &[301, 1], &[1, 263]);
         }
+    }
+
+    #[test]
+    fn edge_values_follow_tensorflow() {
+        let plan = |op| BinaryPlan::new(op, &[4], &[4]).unwrap();
+        let run = |op, a: [f32; 4], b: [f32; 4]| {
+            let mut out = [0.0; 4];
+            plan(op).run(&a, &b, &mut out).unwrap();
+            out
+        };
+        let nan = f32::NAN;
+        let max = run(BinaryOp::Maximum, [nan, 1.0, -0.0, 0.0], [1.0, nan, 0.0, -0.0]);
+        assert!(max[0].is_nan() && max[1].is_nan());
+        assert_eq!((max[2].to_bits(), max[3].to_bits()), ((-0.0f32).to_bits(), 0.0f32.to_bits()));
+        let min = run(BinaryOp::Minimum, [nan, 1.0, -0.0, 0.0], [1.0, nan, 0.0, -0.0]);
+        assert!(min[0].is_nan() && min[1].is_nan());
+        assert_eq!((min[2].to_bits(), min[3].to_bits()), ((-0.0f32).to_bits(), 0.0f32.to_bits()));
+        assert_eq!(run(BinaryOp::DivNoNan, [1.0, nan, 0.0, f32::INFINITY], [0.0, 0.0, 0.0, 2.0]), [0.0, 0.0, 0.0, f32::INFINITY]);
+        let pow = run(BinaryOp::Pow, [-2.0, 0.0, nan, 1.0], [3.0, -1.0, 0.0, nan]);
+        assert_eq!(pow, [-8.0, f32::INFINITY, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn comparisons_match_reference() {
+        for op in BinaryOp::COMPARISONS {
+            for &(a_shape, b_shape) in SHAPE_PAIRS {
+                let a = coarse_values(a_shape.iter().product(), 3);
+                let b = coarse_values(b_shape.iter().product(), 4);
+                let f = |x: f32, y: f32| match op {
+                    BinaryOp::Equal => x == y,
+                    BinaryOp::NotEqual => x != y,
+                    BinaryOp::Less => x < y,
+                    BinaryOp::LessEqual => x <= y,
+                    BinaryOp::Greater => x > y,
+                    _ => x >= y,
+                };
+                let (shape, expected) = reference(&a, a_shape, &b, b_shape, f);
+                let kernel = CompareKernel { op, name: op.op_name(), incompatible_shape_error: true };
+                let inputs = vec![Tensor::from_vec(a_shape, a.clone()).unwrap(), Tensor::from_vec(b_shape, b.clone()).unwrap()];
+                let out = LocalContext::run(&kernel, inputs, &[DType::Bool]).unwrap();
+                assert_eq!(out[0].shape(), shape.as_slice());
+                let got: Vec<bool> = out[0].to_vec::<TfBool>().unwrap().iter().map(|v| v.get()).collect();
+                assert_eq!(got, expected, "{op:?} {a_shape:?} {b_shape:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn int64_equality_and_incompatible_shapes() {
+        let kernel = CompareKernel { op: BinaryOp::Equal, name: "Equal", incompatible_shape_error: true };
+        let a = Tensor::from_vec(&[2, 3], vec![1i64 << 40, 2, 3, 4, 5, -6]).unwrap();
+        let b = Tensor::from_vec(&[3], vec![1i64 << 40, 0, 3]).unwrap();
+        let out = LocalContext::run(&kernel, vec![a, b], &[DType::Bool]).unwrap();
+        let got: Vec<u8> = out[0].to_vec::<TfBool>().unwrap().iter().map(|v| v.0).collect();
+        assert_eq!(got, [1, 0, 1, 0, 0, 0]);
+
+        let mismatched = || vec![Tensor::from_vec(&[2], vec![1.0f32; 2]).unwrap(), Tensor::from_vec(&[3], vec![1.0f32; 3]).unwrap()];
+        let error = LocalContext::run(&kernel, mismatched(), &[DType::Bool]).unwrap_err();
+        assert_eq!(error.to_string(), "tfwasm: Equal: incompatible broadcast shapes [2] and [3]");
+        for (op, expected) in [(BinaryOp::Equal, 0), (BinaryOp::NotEqual, 1)] {
+            let lenient = CompareKernel { op, name: op.op_name(), incompatible_shape_error: false };
+            let out = LocalContext::run(&lenient, mismatched(), &[DType::Bool]).unwrap();
+            assert_eq!(out[0].shape(), &[] as &[usize]);
+            assert_eq!(out[0].to_vec::<TfBool>().unwrap(), [TfBool(expected)]);
+        }
+    }
+
+    #[test]
+    fn logical_ops_broadcast() {
+        for op in [BinaryOp::LogicalAnd, BinaryOp::LogicalOr] {
+            for &(a_shape, b_shape) in SHAPE_PAIRS {
+                let a: Vec<TfBool> = values(a_shape.iter().product(), 5).iter().map(|&v| TfBool::from(v > 0.0)).collect();
+                let b: Vec<TfBool> = values(b_shape.iter().product(), 6).iter().map(|&v| TfBool::from(v > 0.0)).collect();
+                let (shape, expected) = reference(&a, a_shape, &b, b_shape, |x: TfBool, y: TfBool| {
+                    if op == BinaryOp::LogicalAnd {
+                        x.get() && y.get()
+                    } else {
+                        x.get() || y.get()
+                    }
+                });
+                let inputs = vec![Tensor::from_vec(a_shape, a).unwrap(), Tensor::from_vec(b_shape, b).unwrap()];
+                let out = LocalContext::run(&LogicalKernel { op }, inputs, &[DType::Bool]).unwrap();
+                assert_eq!(out[0].shape(), shape.as_slice());
+                let got: Vec<bool> = out[0].to_vec::<TfBool>().unwrap().iter().map(|v| v.get()).collect();
+                assert_eq!(got, expected, "{op:?} {a_shape:?} {b_shape:?}");
+            }
+        }
+    }
+
+    fn check_select(c_shape: &[usize], t_shape: &[usize], e_shape: &[usize]) {
+        let c: Vec<TfBool> = values(c_shape.iter().product(), 7).iter().map(|&v| TfBool::from(v > 0.3)).collect();
+        let t = values(t_shape.iter().product(), 8);
+        let e = values(e_shape.iter().product(), 9);
+        let rank = c_shape.len().max(t_shape.len()).max(e_shape.len());
+        let pad = |s: &[usize]| [vec![1; rank - s.len()], s.to_vec()].concat();
+        let (pc, pt, pe) = (pad(c_shape), pad(t_shape), pad(e_shape));
+        let out_shape: Vec<usize> = (0..rank).map(|i| pc[i].max(pt[i]).max(pe[i]) * (pc[i].min(pt[i]).min(pe[i]) > 0) as usize).collect();
+        let len: usize = out_shape.iter().product();
+        let expected: Vec<f32> = (0..len)
+            .map(|flat| {
+                let index = unravel(flat, &out_shape);
+                if c[offset(&pc, &index)].get() {
+                    t[offset(&pt, &index)]
+                } else {
+                    e[offset(&pe, &index)]
+                }
+            })
+            .collect();
+        let inputs = vec![
+            Tensor::from_vec(c_shape, c).unwrap(),
+            Tensor::from_vec(t_shape, t).unwrap(),
+            Tensor::from_vec(e_shape, e).unwrap(),
+        ];
+        let out = LocalContext::run(&SelectV2Kernel, inputs, &[DType::F32]).unwrap();
+        assert_eq!(out[0].shape(), out_shape.as_slice(), "{c_shape:?} {t_shape:?} {e_shape:?}");
+        assert_eq!(out[0].to_vec::<f32>().unwrap(), expected, "{c_shape:?} {t_shape:?} {e_shape:?}");
+    }
+
+    #[test]
+    fn select_v2_broadcasts_three_ways() {
+        let cases: &[[&[usize]; 3]] = &[
+            [&[], &[], &[]],
+            [&[7, 13], &[7, 13], &[7, 13]],
+            [&[7, 1], &[1, 13], &[]],
+            [&[2], &[3, 1], &[]],
+            [&[], &[4, 5], &[4, 5]],
+            [&[3, 1, 5], &[4, 1], &[1, 4, 5]],
+            [&[0, 3], &[1, 3], &[]],
+            [&[2, 1, 3, 1], &[1, 4, 1, 5], &[2, 4, 3, 5]],
+            [&[1, 1], &[1, 1], &[1]],
+            [&[257, 131], &[131], &[257, 1]],
+            [&[257, 1], &[257, 131], &[]],
+            [&[61, 1, 17], &[1, 37, 17], &[61, 37, 1]],
+        ];
+        for &[c, t, e] in cases {
+            check_select(c, t, e);
+        }
+    }
+
+    #[test]
+    fn select_v2_rejects_incompatible_shapes() {
+        let inputs = vec![
+            Tensor::from_vec(&[2, 3], vec![TfBool(1); 6]).unwrap(),
+            Tensor::from_vec(&[4], vec![1.0f32; 4]).unwrap(),
+            Tensor::from_vec(&[], vec![1.0f32]).unwrap(),
+        ];
+        let error = LocalContext::run(&SelectV2Kernel, inputs, &[DType::F32]).unwrap_err();
+        assert_eq!(error.to_string(), "tfwasm: SelectV2: condition [2,3], then [4], and else [] must be broadcastable");
     }
 
     #[test]
@@ -297,6 +942,8 @@ mod tests {
         assert!(matches!(error, Error::InvalidArgument(_)));
         assert_eq!(error.to_string(), "tfwasm: AddV2: incompatible broadcast shapes [2,3] and [4]");
         assert!(BinaryPlan::new(BinaryOp::Mul, &[0], &[2]).is_err());
+        let error = BinaryPlan::named(BinaryOp::Sub, "Sub", &[5], &[4]).unwrap_err();
+        assert_eq!(error.to_string(), "tfwasm: Sub: incompatible broadcast shapes [5] and [4]");
     }
 
     #[test]
@@ -307,6 +954,9 @@ mod tests {
         assert!(plan.run(&[1.0; 6], &[1.0; 2], &mut out).is_err());
         assert!(plan.run(&[1.0; 6], &[1.0; 3], &mut out[..5]).is_err());
         assert!(plan.run(&[1.0; 6], &[1.0; 3], &mut out).is_ok());
+        // An op of another kind is refused, not computed wrongly.
+        let compare = BinaryPlan::new(BinaryOp::Less, &[2], &[2]).unwrap();
+        assert!(compare.run(&[1.0; 2], &[1.0; 2], &mut [0.0; 2]).is_err());
     }
 
     #[test]
@@ -314,5 +964,43 @@ mod tests {
         let plan = BinaryPlan::new(BinaryOp::Add, &[0, 3], &[1, 3]).unwrap();
         assert_eq!(plan.output_shape(), &[0, 3]);
         plan.run(&[], &[1.0, 2.0, 3.0], &mut []).unwrap();
+    }
+
+    #[test]
+    fn kernels_run_through_the_context() {
+        for def in KERNELS.iter().filter(|d| d.types == types::T_F32 && d.op != "SelectV2") {
+            let kernel = (def.build)(&NoAttrs).unwrap();
+            let inputs = vec![Tensor::from_vec(&[2, 1], vec![3.0f32, -1.0]).unwrap(), Tensor::from_vec(&[3], vec![1.0f32, 2.0, 0.0]).unwrap()];
+            let dtype = if matches!(def.op, "Less" | "LessEqual" | "Greater" | "GreaterEqual") { DType::Bool } else { DType::F32 };
+            let out = LocalContext::run(kernel.as_ref(), inputs, &[dtype]).unwrap();
+            assert_eq!(out[0].shape(), &[2, 3], "{}", def.op);
+        }
+    }
+
+    /// Attributes of a node that sets none.
+    pub(crate) struct NoAttrs;
+
+    impl Attrs for NoAttrs {
+        fn has(&self, _: &str) -> bool {
+            false
+        }
+        fn bool(&self, name: &str) -> Result<bool, Error> {
+            Err(Error::Internal(format!("no attribute {name}")))
+        }
+        fn int(&self, name: &str) -> Result<i64, Error> {
+            Err(Error::Internal(format!("no attribute {name}")))
+        }
+        fn float(&self, name: &str) -> Result<f32, Error> {
+            Err(Error::Internal(format!("no attribute {name}")))
+        }
+        fn ints(&self, name: &str) -> Result<Vec<i64>, Error> {
+            Err(Error::Internal(format!("no attribute {name}")))
+        }
+        fn string(&self, name: &str) -> Result<String, Error> {
+            Err(Error::Internal(format!("no attribute {name}")))
+        }
+        fn dtype(&self, name: &str) -> Result<DType, Error> {
+            Err(Error::Internal(format!("no attribute {name}")))
+        }
     }
 }

@@ -14,7 +14,12 @@ use super::shape::{element_count, ShapeDisplay};
 use super::{expect_inputs, types, Attrs, Kernel, KernelDef, OpContext};
 use crate::error::Error;
 
-pub const KERNELS: &[KernelDef] = &[KernelDef::new("MatMul", types::T_F32, build_matmul)];
+pub const KERNELS: &[KernelDef] = &[
+    KernelDef::new("MatMul", types::T_F32, build_matmul),
+    KernelDef::new("BatchMatMulV2", types::T_F32, build_batch_matmul),
+    KernelDef::new("BiasAdd", types::T_F32, |a| Ok(Box::new(BiasKernel { channels_first: channels_first(a)?, grad: false }))),
+    KernelDef::new("BiasAddGrad", types::T_F32, |a| Ok(Box::new(BiasKernel { channels_first: channels_first(a)?, grad: true }))),
+];
 
 /// Reads `transpose_a`/`transpose_b`. `grad_a`/`grad_b` (present on newer
 /// graphs) only say which gradient the node computes and are not read.
@@ -293,5 +298,405 @@ mod tests {
         assert!(plan.run(&[0.0; 6], &[0.0; 11], &mut out).is_err());
         assert!(plan.run(&[0.0; 6], &[0.0; 12], &mut out[..7]).is_err());
         assert!(plan.run(&[0.0; 6], &[0.0; 12], &mut out).is_ok());
+    }
+}
+
+// ------------------------------------------------------------ BatchMatMulV2
+
+use super::shape::Broadcast;
+
+/// Reads `adj_x`/`adj_y` (a plain transpose for real numbers).
+fn build_batch_matmul(attrs: &dyn Attrs) -> Result<Box<dyn Kernel>, Error> {
+    Ok(Box::new(BatchMatMulKernel {
+        attrs: MatMulAttrs { transpose_a: attrs.bool("adj_x")?, transpose_b: attrs.bool("adj_y")? },
+    }))
+}
+
+/// `BatchMatMulV2`: a [`MatMulPlan`] product per batch, the batch
+/// dimensions broadcasting like an elementwise op.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchMatMulKernel {
+    pub attrs: MatMulAttrs,
+}
+
+impl Kernel for BatchMatMulKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        expect_inputs("BatchMatMulV2", ctx, 2)?;
+        let (x, y) = (ctx.input(0)?, ctx.input(1)?);
+        let plan = BatchMatMulPlan::new(self.attrs, x.shape(), y.shape())?;
+        let mut out = ctx.allocate_output(0, &plan.output_shape)?;
+        plan.run(x.data()?, y.data()?, out.data_mut()?)
+    }
+}
+
+/// A checked batched product: which `x` and `y` matrix each output matrix
+/// multiplies, and the per-matrix [`MatMulPlan`].
+#[derive(Debug, Clone)]
+pub struct BatchMatMulPlan {
+    matrix: MatMulPlan,
+    /// `(x matrix, y matrix)` for each output matrix, in order.
+    pairs: Vec<(usize, usize)>,
+    x_matrix_len: usize,
+    y_matrix_len: usize,
+    x_len: usize,
+    y_len: usize,
+    output_shape: Vec<usize>,
+    /// `y` is one matrix and `x` is not transposed: the whole product is
+    /// one `[batches·m, k] · [k, n]` MatMul.
+    folded: Option<MatMulPlan>,
+}
+
+impl BatchMatMulPlan {
+    pub fn new(attrs: MatMulAttrs, x_shape: &[usize], y_shape: &[usize]) -> Result<Self, Error> {
+        let invalid = |reason: String| Error::InvalidArgument(format!("BatchMatMulV2: {reason}"));
+        for (i, shape) in [x_shape, y_shape].into_iter().enumerate() {
+            if shape.len() < 2 {
+                return Err(invalid(format!("In[{i}] ndims must be >= 2: {}", shape.len())));
+            }
+        }
+        let (x_batch, x_mat) = x_shape.split_at(x_shape.len() - 2);
+        let (y_batch, y_mat) = y_shape.split_at(y_shape.len() - 2);
+        let broadcast = Broadcast::new(x_batch, y_batch).map_err(|_| {
+            invalid(format!(
+                "In[0] and In[1] must have compatible batch dimensions: {} vs. {}",
+                ShapeDisplay(x_shape),
+                ShapeDisplay(y_shape)
+            ))
+        })?;
+        let matrix = MatMulPlan::new(attrs, x_mat, y_mat).map_err(|_| {
+            invalid(format!("Matrix size-incompatible: In[0]: {}, In[1]: {}", ShapeDisplay(x_shape), ShapeDisplay(y_shape)))
+        })?;
+        let too_large = || invalid(format!("shapes {} and {} are too large", ShapeDisplay(x_shape), ShapeDisplay(y_shape)));
+        let x_len = element_count(x_shape).ok_or_else(too_large)?;
+        let y_len = element_count(y_shape).ok_or_else(too_large)?;
+        let mut output_shape = broadcast.output_shape().to_vec();
+        output_shape.extend(matrix.output_shape());
+        element_count(&output_shape).ok_or_else(too_large)?;
+
+        let batches = broadcast.output_len();
+        let mut pairs = Vec::with_capacity(batches);
+        broadcast.for_each_run(0, batches, |run| {
+            for j in 0..run.len {
+                pairs.push((run.a + j * run.a_step, run.b + j * run.b_step));
+            }
+        });
+        let [x_rows, x_cols] = [x_mat[0], x_mat[1]];
+        let y_single = y_batch.iter().product::<usize>() == 1;
+        let folded = if y_single && !attrs.transpose_a && batches > 1 {
+            Some(MatMulPlan::new(attrs, &[batches * x_rows, x_cols], y_mat)?)
+        } else {
+            None
+        };
+        Ok(BatchMatMulPlan {
+            matrix,
+            pairs,
+            x_matrix_len: x_rows * x_cols,
+            y_matrix_len: y_mat[0] * y_mat[1],
+            x_len,
+            y_len,
+            output_shape,
+            folded,
+        })
+    }
+
+    pub fn output_shape(&self) -> &[usize] {
+        &self.output_shape
+    }
+
+    /// Computes every product. Small matrices in large batches are spread
+    /// over the pool one matrix per task; large ones parallelise inside gemm.
+    pub fn run(&self, x: &[f32], y: &[f32], out: &mut [f32]) -> Result<(), Error> {
+        let out_matrix = self.matrix.output_len();
+        if x.len() != self.x_len || y.len() != self.y_len || out.len() != self.pairs.len() * out_matrix {
+            return Err(Error::InvalidArgument(format!(
+                "BatchMatMulV2: buffers of {}, {} and {} elements do not fit the shapes",
+                x.len(),
+                y.len(),
+                out.len()
+            )));
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        if let Some(folded) = &self.folded {
+            // `x` broadcast over y's single matrix is contiguous: one product.
+            if self.pairs.iter().enumerate().all(|(i, &(a, _))| a == i) {
+                return folded.run(x, y, out);
+            }
+        }
+        let matrix = self.matrix;
+        let (xm, ym) = (self.x_matrix_len, self.y_matrix_len);
+        let one = |(a, b): (usize, usize), dst: &mut [f32]| -> Result<(), Error> {
+            matrix.run(&x[a * xm..(a + 1) * xm], &y[b * ym..(b + 1) * ym], dst)
+        };
+        let [m, n] = matrix.output_shape();
+        let k = if xm == 0 || m == 0 { 0 } else { xm / m };
+        let per_matrix = m.saturating_mul(n).saturating_mul(k.max(1));
+        let total = per_matrix.saturating_mul(self.pairs.len());
+        if self.pairs.len() > 1 && per_matrix < PARALLEL_MIN_WORK && total >= PARALLEL_MIN_WORK / 4 && pool::threads() > 1 {
+            use rayon::prelude::*;
+            pool::install(|| {
+                out.par_chunks_mut(out_matrix).zip(self.pairs.par_iter()).try_for_each(|(dst, &pair)| one(pair, dst))
+            })
+        } else {
+            for (dst, &pair) in out.chunks_mut(out_matrix).zip(&self.pairs) {
+                one(pair, dst)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+// ---------------------------------------------------- BiasAdd, BiasAddGrad
+
+/// Whether `data_format` puts channels at dimension 1 (`NCHW`) instead of
+/// last (`NHWC`, the default).
+fn channels_first(attrs: &dyn Attrs) -> Result<bool, Error> {
+    if !attrs.has("data_format") {
+        return Ok(false);
+    }
+    let format = attrs.string("data_format")?;
+    match format.as_str() {
+        "NHWC" => Ok(false),
+        "NCHW" => Ok(true),
+        other => Err(Error::InvalidArgument(format!("BiasAdd: unsupported data_format {other:?}"))),
+    }
+}
+
+/// `BiasAdd`/`BiasAddGrad` over a value laid out as `[outer, c, inner]`.
+#[derive(Debug, Clone, Copy)]
+pub struct BiasKernel {
+    pub channels_first: bool,
+    pub grad: bool,
+}
+
+/// `(outer, channels, inner)` of a BiasAdd value, or TensorFlow's error.
+fn bias_layout(op: &str, shape: &[usize], channels_first: bool) -> Result<(usize, usize, usize), Error> {
+    if shape.len() < 2 {
+        return Err(Error::InvalidArgument(format!("{op}: Input tensor must be at least 2D: {}", ShapeDisplay(shape))));
+    }
+    element_count(shape).ok_or_else(|| Error::InvalidArgument(format!("{op}: shape {} is too large", ShapeDisplay(shape))))?;
+    let axis = if channels_first { 1 } else { shape.len() - 1 };
+    Ok((shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product()))
+}
+
+impl Kernel for BiasKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        if self.grad {
+            expect_inputs("BiasAddGrad", ctx, 1)?;
+            let grad = ctx.input(0)?;
+            let (outer, c, inner) = bias_layout("BiasAddGrad", grad.shape(), self.channels_first)?;
+            let mut out = ctx.allocate_output(0, &[c])?;
+            super::reduce::sum_channels(grad.data()?, outer, c, inner, out.data_mut()?);
+            return Ok(());
+        }
+        expect_inputs("BiasAdd", ctx, 2)?;
+        let (value, bias) = (ctx.input(0)?, ctx.input(1)?);
+        let (outer, c, inner) = bias_layout("BiasAdd", value.shape(), self.channels_first)?;
+        if bias.rank() != 1 {
+            return Err(Error::InvalidArgument(format!("BiasAdd: Biases must be 1D: {}", ShapeDisplay(bias.shape()))));
+        }
+        if bias.len() != c {
+            return Err(Error::InvalidArgument(format!(
+                "BiasAdd: Must provide as many biases as the {} dimension of the input tensor: {} vs. {}",
+                if self.channels_first { "channel" } else { "last" },
+                ShapeDisplay(bias.shape()),
+                ShapeDisplay(value.shape())
+            )));
+        }
+        let mut out = ctx.allocate_output(0, value.shape())?;
+        bias_add(value.data()?, bias.data()?, outer, c, inner, out.data_mut()?);
+        Ok(())
+    }
+}
+
+/// `out[o, ch, i] = value[o, ch, i] + bias[ch]`.
+fn bias_add(value: &[f32], bias: &[f32], outer: usize, c: usize, inner: usize, out: &mut [f32]) {
+    let block = c * inner;
+    if out.is_empty() || block == 0 {
+        return;
+    }
+    let fill = |dst: &mut [f32], src: &[f32]| {
+        for (dst, src) in dst.chunks_exact_mut(block).zip(src.chunks_exact(block)) {
+            if inner == 1 {
+                for ((o, &v), &b) in dst.iter_mut().zip(src).zip(bias) {
+                    *o = v + b;
+                }
+            } else {
+                for ((dst, src), &b) in dst.chunks_exact_mut(inner).zip(src.chunks_exact(inner)).zip(bias) {
+                    for (o, &v) in dst.iter_mut().zip(src) {
+                        *o = v + b;
+                    }
+                }
+            }
+        }
+    };
+    let len = out.len();
+    if len < super::binary::PARALLEL_MIN_ELEMENTS || pool::threads() == 1 || outer == 1 {
+        fill(out, value);
+        return;
+    }
+    use rayon::prelude::*;
+    let blocks_per_task = (16 * 1024 / block).max(outer.div_ceil(pool::threads() * 4)).max(1);
+    let chunk = blocks_per_task * block;
+    pool::install(|| out.par_chunks_mut(chunk).zip(value.par_chunks(chunk)).for_each(|(dst, src)| fill(dst, src)));
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+    use crate::kernels::{DType, LocalContext, Tensor};
+
+    fn values(len: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(7);
+        (0..len)
+            .map(|_| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (state >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn batch_reference(adj_x: bool, adj_y: bool, x: &[f32], xs: &[usize], y: &[f32], ys: &[usize]) -> (Vec<usize>, Vec<f32>) {
+        let rank = xs.len().max(ys.len());
+        let pad = |s: &[usize]| [vec![1; rank - s.len()], s.to_vec()].concat();
+        let (px, py) = (pad(xs), pad(ys));
+        let batch: Vec<usize> = (0..rank - 2).map(|i| if px[i] == 1 { py[i] } else { px[i] }).collect();
+        let (xr, xc) = (px[rank - 2], px[rank - 1]);
+        let (yr, yc) = (py[rank - 2], py[rank - 1]);
+        let (m, k) = if adj_x { (xc, xr) } else { (xr, xc) };
+        let n = if adj_y { yr } else { yc };
+        let nb: usize = batch.iter().product();
+        let mut out = Vec::new();
+        for bflat in 0..nb {
+            let mut idx = vec![0; batch.len()];
+            let mut rest = bflat;
+            for i in (0..batch.len()).rev() {
+                idx[i] = rest % batch[i];
+                rest /= batch[i];
+            }
+            let off = |p: &[usize]| (0..batch.len()).fold(0, |acc, i| acc * p[i] + if p[i] == 1 { 0 } else { idx[i] });
+            let (xo, yo) = (off(&px) * xr * xc, off(&py) * yr * yc);
+            for i in 0..m {
+                for j in 0..n {
+                    let mut s = 0f64;
+                    for p in 0..k {
+                        let a = if adj_x { x[xo + p * xc + i] } else { x[xo + i * xc + p] };
+                        let b = if adj_y { y[yo + j * yc + p] } else { y[yo + p * yc + j] };
+                        s += a as f64 * b as f64;
+                    }
+                    out.push(s as f32);
+                }
+            }
+        }
+        let mut shape = batch;
+        shape.extend([m, n]);
+        (shape, out)
+    }
+
+    fn run_batch(adj_x: bool, adj_y: bool, xs: &[usize], ys: &[usize]) {
+        let x = values(xs.iter().product(), 1);
+        let y = values(ys.iter().product(), 2);
+        let kernel = BatchMatMulKernel { attrs: MatMulAttrs { transpose_a: adj_x, transpose_b: adj_y } };
+        let out = LocalContext::run(
+            &kernel,
+            vec![Tensor::from_vec(xs, x.clone()).unwrap(), Tensor::from_vec(ys, y.clone()).unwrap()],
+            &[DType::F32],
+        )
+        .unwrap()
+        .remove(0);
+        let (shape, want) = batch_reference(adj_x, adj_y, &x, xs, &y, ys);
+        assert_eq!(out.shape(), shape.as_slice(), "{xs:?} {ys:?}");
+        let got = out.to_vec::<f32>().unwrap();
+        for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-4, "{xs:?} {ys:?} adj {adj_x} {adj_y}: element {i} is {g}, expected {w}");
+        }
+    }
+
+    #[test]
+    fn batch_matmul_matches_reference() {
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[1, 1], &[1, 1]),
+            (&[3, 4], &[4, 5]),
+            (&[2, 3, 4], &[2, 4, 5]),
+            (&[2, 3, 4], &[4, 5]),
+            (&[3, 4], &[2, 4, 5]),
+            (&[2, 1, 3, 4], &[1, 3, 4, 5]),
+            (&[0, 3, 4], &[4, 5]),
+            (&[2, 3, 0], &[2, 0, 5]),
+            (&[5, 7, 3], &[1, 3, 2]),
+            (&[64, 17, 13], &[64, 13, 11]),
+            (&[3, 70, 90], &[90, 80]),
+        ];
+        for &(xs, ys) in cases {
+            for adj_x in [false, true] {
+                for adj_y in [false, true] {
+                    // Store operands in the layout the flags expect.
+                    let swap = |s: &[usize], t: bool| {
+                        let mut s = s.to_vec();
+                        let r = s.len();
+                        if t {
+                            s.swap(r - 1, r - 2);
+                        }
+                        s
+                    };
+                    run_batch(adj_x, adj_y, &swap(xs, adj_x), &swap(ys, adj_y));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn batch_matmul_errors_name_the_shapes() {
+        let err = |xs: &[usize], ys: &[usize]| {
+            BatchMatMulPlan::new(MatMulAttrs::default(), xs, ys).unwrap_err().to_string()
+        };
+        assert!(err(&[2, 3, 4], &[3, 4, 5]).contains("must have compatible batch dimensions: [2,3,4] vs. [3,4,5]"));
+        assert!(err(&[2, 3, 4], &[2, 3, 5]).contains("Matrix size-incompatible: In[0]: [2,3,4], In[1]: [2,3,5]"));
+        assert!(err(&[4], &[4, 5]).contains("In[0] ndims must be >= 2: 1"));
+    }
+
+    fn run_bias(value: &[f32], shape: &[usize], bias: &[f32], nchw: bool, grad: bool) -> Result<Vec<f32>, Error> {
+        let kernel = BiasKernel { channels_first: nchw, grad };
+        let mut inputs = vec![Tensor::from_vec(shape, value.to_vec())?];
+        if !grad {
+            inputs.push(Tensor::from_vec(&[bias.len()], bias.to_vec())?);
+        }
+        LocalContext::run(&kernel, inputs, &[DType::F32])?.remove(0).to_vec::<f32>()
+    }
+
+    #[test]
+    fn bias_add_and_grad_match_reference() {
+        let shapes: &[&[usize]] = &[&[1, 1], &[7, 13], &[2, 3, 5], &[2, 3, 4, 5], &[0, 3], &[4, 0, 2], &[300, 3, 70], &[9000, 7]];
+        for &shape in shapes {
+            for nchw in [false, true] {
+                let axis = if nchw { 1 } else { shape.len() - 1 };
+                let c = shape[axis];
+                let inner: usize = shape[axis + 1..].iter().product();
+                let value = values(shape.iter().product(), 3);
+                let bias = values(c, 4);
+                let got = run_bias(&value, shape, &bias, nchw, false).unwrap();
+                let want: Vec<f32> = value.iter().enumerate().map(|(i, &v)| v + bias[(i / inner.max(1)) % c.max(1)]).collect();
+                assert_eq!(got, want, "{shape:?} nchw={nchw}");
+
+                let grad = run_bias(&value, shape, &[], nchw, true).unwrap();
+                let mut want = vec![0f64; c];
+                for (i, &v) in value.iter().enumerate() {
+                    want[(i / inner.max(1)) % c] += v as f64;
+                }
+                for (g, w) in grad.iter().zip(&want) {
+                    assert!((*g as f64 - w).abs() <= 1e-4 * w.abs().max(1.0), "{shape:?} {g} {w}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bias_add_errors() {
+        let e = run_bias(&[0.0; 6], &[2, 3], &[0.0; 4], false, false).unwrap_err().to_string();
+        assert!(e.contains("Must provide as many biases as the last dimension of the input tensor: [4] vs. [2,3]"), "{e}");
+        let e = run_bias(&[0.0; 3], &[3], &[0.0; 3], false, false).unwrap_err().to_string();
+        assert!(e.contains("Input tensor must be at least 2D: [3]"), "{e}");
+        assert!(run_bias(&[0.0; 3], &[3], &[], false, true).is_err());
     }
 }

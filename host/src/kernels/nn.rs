@@ -1,5 +1,576 @@
-//! (being written)
+//! Float32 `Softmax`, `LogSoftmax` (over the last axis) and the
+//! cross-entropy losses `SoftmaxCrossEntropyWithLogits` and
+//! `SparseSoftmaxCrossEntropyWithLogits` (labels int32/int64).
+//!
+//! Every row is computed the way TensorFlow's CPU kernels do it, for the
+//! same numerical behaviour: subtract the row maximum, exponentiate, sum;
+//! softmax multiplies by the sum's inverse, log-softmax subtracts its log.
+//! The losses are `sum(labels * (log(sum) - shifted))` and their backprop
+//! `exp(shifted) / sum - labels`.
+//!
+//! `exp` is [`exp_f32`], a branch-free polynomial (Cephes' `expf`, within
+//! 2 ulp of the correctly rounded result) that the compiler vectorises; Eigen
+//! uses the same kind of approximation. Rows are independent: large inputs
+//! are split by rows across the compute pool.
 
-use super::KernelDef;
+use std::borrow::Cow;
 
-pub const KERNELS: &[KernelDef] = &[];
+use rayon::prelude::*;
+
+use super::pool;
+use super::shape::{element_count, Broadcast, ShapeDisplay};
+use super::{expect_inputs, types, DType, Element, Kernel, KernelDef, OpContext};
+use crate::error::Error;
+
+const SPARSE_TYPES: &[(&str, &[DType])] = &[("T", types::F32), ("Tlabels", types::INDEX)];
+
+pub const KERNELS: &[KernelDef] = &[
+    KernelDef::new("Softmax", types::T_F32, |_| Ok(Box::new(SoftmaxKernel { log: false }))),
+    KernelDef::new("LogSoftmax", types::T_F32, |_| Ok(Box::new(SoftmaxKernel { log: true }))),
+    KernelDef::new("SoftmaxCrossEntropyWithLogits", types::T_F32, |_| Ok(Box::new(XentKernel))),
+    KernelDef::new("SparseSoftmaxCrossEntropyWithLogits", SPARSE_TYPES, |_| Ok(Box::new(SparseXentKernel))),
+];
+
+/// Below this many elements an op runs on the calling thread.
+pub const PARALLEL_MIN_ELEMENTS: usize = 32 * 1024;
+
+/// Smallest number of elements one pool task handles.
+const MIN_TASK_ELEMENTS: usize = 8 * 1024;
+
+/// `e^x` for f32 without a libm call, so loops over it vectorise.
+///
+/// Range reduction `x = n·ln2 + r` (`|r| <= ln2/2`, `n` by round-to-nearest
+/// through the 1.5·2^23 trick, which needs no SSE4.1 `round`), a degree-5
+/// polynomial for `e^r` (Cephes' coefficients) and `2^n` built in the
+/// exponent bits. Inputs below `ln(2^-126)` flush to 0, above `ln(f32::MAX)`
+/// give +inf; NaN stays NaN.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    const HI: f32 = 88.722_83;
+    const LO: f32 = -87.336_55;
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23
+    let xc = x.clamp(LO, HI);
+    let n = (xc * LOG2E + ROUND) - ROUND;
+    let r = xc - n * LN2_HI - n * LN2_LO;
+    let r2 = r * r;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 5e-1;
+    let y = p * r2 + r + 1.0;
+    // n is in [-126, 128]; 2^n for n = 128 is built as 2·2^127.
+    let ni = n as i32;
+    let half = ni >> 1;
+    let scale_a = f32::from_bits(((half + 127) as u32) << 23);
+    let scale_b = f32::from_bits(((ni - half + 127) as u32) << 23);
+    let v = y * scale_a * scale_b;
+    if x < LO {
+        0.0
+    } else if x > HI {
+        f32::INFINITY
+    } else {
+        v
+    }
+}
+
+/// Largest element of a row (NaN if any is NaN), −inf for an empty row.
+#[inline(always)]
+fn row_max(row: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 8];
+    let chunks = row.chunks_exact(8);
+    let rest = chunks.remainder();
+    let pick = |a: f32, x: f32| if a > x || a.is_nan() { a } else { x };
+    for chunk in chunks {
+        for i in 0..8 {
+            acc[i] = pick(acc[i], chunk[i]);
+        }
+    }
+    let mut m = acc.iter().copied().fold(f32::NEG_INFINITY, pick);
+    for &x in rest {
+        m = pick(m, x);
+    }
+    m
+}
+
+/// Sum with eight accumulators (rows are short: no pairwise split).
+#[inline(always)]
+fn row_sum(row: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = row.chunks_exact(8);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for i in 0..8 {
+            acc[i] += chunk[i];
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    for &x in rest {
+        s += x;
+    }
+    s
+}
+
+/// Runs `f(first_row, rows_of_out)` over `out` in whole rows of `width`,
+/// inline for small outputs, across the pool otherwise.
+fn for_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    if out.is_empty() || width == 0 {
+        return;
+    }
+    let rows = out.len() / width;
+    let threads = pool::threads();
+    if out.len() < PARALLEL_MIN_ELEMENTS || threads == 1 || rows == 1 {
+        f(0, out);
+        return;
+    }
+    let rows_per_task = (MIN_TASK_ELEMENTS / width).max(rows.div_ceil(threads * 4)).max(1);
+    pool::install(|| {
+        out.par_chunks_mut(rows_per_task * width).enumerate().for_each(|(i, chunk)| f(i * rows_per_task, chunk));
+    });
+}
+
+// ------------------------------------------------------ Softmax, LogSoftmax
+
+/// `Softmax` or `LogSoftmax` over the last dimension.
+#[derive(Debug, Clone, Copy)]
+pub struct SoftmaxKernel {
+    pub log: bool,
+}
+
+impl Kernel for SoftmaxKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        let name = if self.log { "LogSoftmax" } else { "Softmax" };
+        expect_inputs(name, ctx, 1)?;
+        let logits = ctx.input(0)?;
+        let shape = logits.shape();
+        let Some(&width) = shape.last() else {
+            return Err(Error::InvalidArgument(format!(
+                "{name}: logits must have >= 1 dimension, got {}",
+                ShapeDisplay(shape)
+            )));
+        };
+        let mut out = ctx.allocate_output(0, shape)?;
+        softmax(logits.data()?, width, self.log, out.data_mut()?)
+    }
+}
+
+/// Softmax (or log-softmax) of every row of `width` elements.
+pub fn softmax(input: &[f32], width: usize, log: bool, out: &mut [f32]) -> Result<(), Error> {
+    if input.len() != out.len() || (width > 0 && !input.len().is_multiple_of(width)) {
+        return Err(Error::Internal("Softmax: buffer sizes do not match".into()));
+    }
+    for_rows(out, width, |first, rows| {
+        let src = &input[first * width..first * width + rows.len()];
+        for (o, x) in rows.chunks_exact_mut(width).zip(src.chunks_exact(width)) {
+            let max = row_max(x);
+            if log {
+                for (o, &v) in o.iter_mut().zip(x) {
+                    *o = exp_f32(v - max);
+                }
+                let log_sum = row_sum(o).ln();
+                for (o, &v) in o.iter_mut().zip(x) {
+                    *o = (v - max) - log_sum;
+                }
+            } else {
+                for (o, &v) in o.iter_mut().zip(x) {
+                    *o = exp_f32(v - max);
+                }
+                let inverse = 1.0 / row_sum(o);
+                for o in o.iter_mut() {
+                    *o *= inverse;
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+// -------------------------------------------- SoftmaxCrossEntropyWithLogits
+
+/// `SoftmaxCrossEntropyWithLogits(features, labels) -> (loss, backprop)`.
+#[derive(Debug, Clone, Copy)]
+pub struct XentKernel;
+
+/// A tensor of `shape` broadcast to `[batch, classes]` (borrowed when it
+/// already has that shape).
+fn broadcast_2d<'a>(data: &'a [f32], shape: &[usize], batch: usize, classes: usize) -> Cow<'a, [f32]> {
+    if shape == [batch, classes] {
+        return Cow::Borrowed(data);
+    }
+    let padded: Vec<usize> = std::iter::repeat_n(1, 2 - shape.len()).chain(shape.iter().copied()).collect();
+    let (row_step, col_step) = (if padded[0] == 1 { 0 } else { padded[1] }, usize::from(padded[1] != 1));
+    let mut out = Vec::with_capacity(batch * classes);
+    for b in 0..batch {
+        for c in 0..classes {
+            out.push(data[b * row_step + c * col_step]);
+        }
+    }
+    Cow::Owned(out)
+}
+
+impl Kernel for XentKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        const OP: &str = "SoftmaxCrossEntropyWithLogits";
+        expect_inputs(OP, ctx, 2)?;
+        let (logits, labels) = (ctx.input(0)?, ctx.input(1)?);
+        let (ls, bs) = (logits.shape(), labels.shape());
+        let shape = if ls == bs {
+            ls.to_vec()
+        } else {
+            let broadcast = Broadcast::new(ls, bs).map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "{OP}: logits and labels must be broadcastable: logits_size={} labels_size={}",
+                    ShapeDisplay(ls),
+                    ShapeDisplay(bs)
+                ))
+            })?;
+            broadcast.output_shape().to_vec()
+        };
+        let [batch, classes] = shape[..] else {
+            return Err(Error::InvalidArgument(format!(
+                "{OP}: logits and labels must be either 2-dimensional, or broadcasted to be 2-dimensional"
+            )));
+        };
+        element_count(&shape).ok_or_else(|| Error::InvalidArgument(format!("{OP}: shape too large")))?;
+        let mut loss = ctx.allocate_output(0, &[batch])?;
+        let mut backprop = ctx.allocate_output(1, &shape)?;
+        let x = broadcast_2d(logits.data()?, ls, batch, classes);
+        let y = broadcast_2d(labels.data()?, bs, batch, classes);
+        let loss = loss.data_mut::<f32>()?;
+        if classes == 0 {
+            loss.fill(0.0);
+            return Ok(());
+        }
+        xent(&x, &y, classes, loss, backprop.data_mut()?);
+        Ok(())
+    }
+}
+
+/// Loss and backprop of each row of `classes` logits against its labels.
+fn xent(x: &[f32], y: &[f32], classes: usize, loss: &mut [f32], backprop: &mut [f32]) {
+    // The loss is written per row alongside the backprop: split both the
+    // same way by handing each task its rows' loss slice.
+    let rows = loss.len();
+    let threads = pool::threads();
+    let work = |first: usize, loss: &mut [f32], bp: &mut [f32]| {
+        let src = first * classes;
+        let rows_x = &x[src..src + bp.len()];
+        let rows_y = &y[src..src + bp.len()];
+        for (((l, bp), x), y) in
+            loss.iter_mut().zip(bp.chunks_exact_mut(classes)).zip(rows_x.chunks_exact(classes)).zip(rows_y.chunks_exact(classes))
+        {
+            let max = row_max(x);
+            for (b, &v) in bp.iter_mut().zip(x) {
+                *b = exp_f32(v - max);
+            }
+            let sum = row_sum(bp);
+            let log_sum = sum.ln();
+            let mut acc = [0f32; 8];
+            for (i, (&v, &t)) in x.iter().zip(y).enumerate() {
+                acc[i & 7] += t * (log_sum - (v - max));
+            }
+            *l = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+            for (b, &t) in bp.iter_mut().zip(y) {
+                *b = *b / sum - t;
+            }
+        }
+    };
+    if backprop.len() < PARALLEL_MIN_ELEMENTS || threads == 1 || rows == 1 {
+        work(0, loss, backprop);
+        return;
+    }
+    let rows_per_task = (MIN_TASK_ELEMENTS / classes).max(rows.div_ceil(threads * 4)).max(1);
+    pool::install(|| {
+        loss.par_chunks_mut(rows_per_task)
+            .zip(backprop.par_chunks_mut(rows_per_task * classes))
+            .enumerate()
+            .for_each(|(i, (l, bp))| work(i * rows_per_task, l, bp));
+    });
+}
+
+// -------------------------------------- SparseSoftmaxCrossEntropyWithLogits
+
+/// `SparseSoftmaxCrossEntropyWithLogits(features, labels) -> (loss,
+/// backprop)` with integer class labels.
+#[derive(Debug, Clone, Copy)]
+pub struct SparseXentKernel;
+
+impl Kernel for SparseXentKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        const OP: &str = "SparseSoftmaxCrossEntropyWithLogits";
+        expect_inputs(OP, ctx, 2)?;
+        let (logits, labels) = (ctx.input(0)?, ctx.input(1)?);
+        let (ls, bs) = (logits.shape(), labels.shape());
+        let invalid = |m: String| Error::InvalidArgument(format!("{OP}: {m}"));
+        let [batch, classes] = ls[..] else {
+            return Err(invalid(format!("logits must be 2-D, but got shape {}", ShapeDisplay(ls))));
+        };
+        let [label_count] = bs[..] else {
+            return Err(invalid(format!("labels must be 1-D, but got shape {}", ShapeDisplay(bs))));
+        };
+        if label_count != batch {
+            return Err(invalid(format!(
+                "logits and labels must have the same first dimension, got logits shape {} and labels shape {}",
+                ShapeDisplay(ls),
+                ShapeDisplay(bs)
+            )));
+        }
+        if classes == 0 {
+            return Err(invalid(format!("Must have at least one class, but got logits shape {}", ShapeDisplay(ls))));
+        }
+        let labels = match labels.dtype() {
+            DType::I32 => checked_labels(labels.data::<i32>()?, classes)?,
+            DType::I64 => checked_labels(labels.data::<i64>()?, classes)?,
+            other => return Err(Error::Internal(format!("{OP}: unsupported label type {other}"))),
+        };
+        let mut loss = ctx.allocate_output(0, &[batch])?;
+        let mut backprop = ctx.allocate_output(1, ls)?;
+        sparse_xent(logits.data()?, &labels, classes, loss.data_mut()?, backprop.data_mut()?);
+        Ok(())
+    }
+}
+
+/// The labels as indices, or TensorFlow's error for the first bad one (the
+/// smallest if any is negative, else the largest), listing all labels.
+fn checked_labels<I: Element + Into<i64>>(labels: &[I], classes: usize) -> Result<Vec<usize>, Error> {
+    let values: Vec<i64> = labels.iter().map(|&v| v.into()).collect();
+    let (Some(&min), Some(&max)) = (values.iter().min(), values.iter().max()) else {
+        return Ok(Vec::new());
+    };
+    if min < 0 || max >= classes as i64 {
+        let bad = if min < 0 { min } else { max };
+        let listed: Vec<String> = values.iter().map(i64::to_string).collect();
+        return Err(Error::InvalidArgument(format!(
+            "SparseSoftmaxCrossEntropyWithLogits: Received a label value of {bad} which is outside the valid range of [0, {classes}).  Label values: {}",
+            listed.join(" ")
+        )));
+    }
+    Ok(values.into_iter().map(|v| v as usize).collect())
+}
+
+/// Loss `log(sum) - shifted[label]` and backprop `softmax - onehot(label)`
+/// per row.
+fn sparse_xent(x: &[f32], labels: &[usize], classes: usize, loss: &mut [f32], backprop: &mut [f32]) {
+    let rows = loss.len();
+    let threads = pool::threads();
+    let work = |first: usize, loss: &mut [f32], bp: &mut [f32]| {
+        let rows_x = &x[first * classes..first * classes + bp.len()];
+        for (((l, bp), x), &label) in
+            loss.iter_mut().zip(bp.chunks_exact_mut(classes)).zip(rows_x.chunks_exact(classes)).zip(&labels[first..])
+        {
+            let max = row_max(x);
+            for (b, &v) in bp.iter_mut().zip(x) {
+                *b = exp_f32(v - max);
+            }
+            let sum = row_sum(bp);
+            *l = sum.ln() - (x[label] - max);
+            for b in bp.iter_mut() {
+                *b /= sum;
+            }
+            bp[label] -= 1.0;
+        }
+    };
+    if backprop.len() < PARALLEL_MIN_ELEMENTS || threads == 1 || rows == 1 {
+        work(0, loss, backprop);
+        return;
+    }
+    let rows_per_task = (MIN_TASK_ELEMENTS / classes).max(rows.div_ceil(threads * 4)).max(1);
+    pool::install(|| {
+        loss.par_chunks_mut(rows_per_task)
+            .zip(backprop.par_chunks_mut(rows_per_task * classes))
+            .enumerate()
+            .for_each(|(i, (l, bp))| work(i * rows_per_task, l, bp));
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{LocalContext, Tensor};
+
+    fn values(len: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..len)
+            .map(|_| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (state >> 8) as f32 / (1u32 << 24) as f32 * 20.0 - 10.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn exp_is_accurate_over_the_range() {
+        let mut x = -104.0f32;
+        while x < 90.0 {
+            let got = exp_f32(x);
+            let want = (x as f64).exp();
+            if want < f32::MIN_POSITIVE as f64 {
+                assert!(got == 0.0 || (got as f64 - want).abs() < 1e-37, "{x}: {got}");
+            } else if want > f32::MAX as f64 {
+                assert_eq!(got, f32::INFINITY, "{x}");
+            } else {
+                assert!(((got as f64 - want) / want).abs() < 3e-7, "exp({x}) = {got}, expected {want}");
+            }
+            x += 0.0137;
+        }
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert!(exp_f32(f32::NAN).is_nan());
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
+    }
+
+    fn reference_softmax(x: &[f32], width: usize, log: bool) -> Vec<f64> {
+        let mut out = Vec::new();
+        for row in x.chunks(width.max(1)) {
+            let max = row.iter().map(|&v| v as f64).fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+            for &v in row {
+                out.push(if log { v as f64 - max - sum.ln() } else { (v as f64 - max).exp() / sum });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn softmax_matches_reference() {
+        for shape in [&[1usize][..], &[7], &[3, 10], &[2, 3, 17], &[0, 5], &[4, 1], &[1000, 37], &[3, 0]] {
+            let len: usize = shape.iter().product();
+            let x = values(len, 7);
+            for log in [false, true] {
+                let out = LocalContext::run(&SoftmaxKernel { log }, vec![Tensor::from_vec(shape, x.clone()).unwrap()], &[DType::F32])
+                    .unwrap()
+                    .remove(0);
+                assert_eq!(out.shape(), shape);
+                let want = reference_softmax(&x, *shape.last().unwrap(), log);
+                for (&g, &w) in out.to_vec::<f32>().unwrap().iter().zip(&want) {
+                    assert!((g as f64 - w).abs() <= 1e-6 * w.abs().max(1.0) + 1e-7, "{shape:?} log={log}: {g} vs {w}");
+                }
+            }
+        }
+        let e = LocalContext::run(&SoftmaxKernel { log: false }, vec![Tensor::from_vec(&[], vec![1f32]).unwrap()], &[DType::F32])
+            .unwrap_err();
+        assert!(e.to_string().contains("logits must have >= 1 dimension, got []"), "{e}");
+    }
+
+    #[test]
+    fn softmax_of_extreme_rows() {
+        let x = vec![f32::NAN, 1.0, f32::INFINITY, 1.0, f32::NEG_INFINITY, f32::NEG_INFINITY, 1000.0, -1000.0];
+        let out = LocalContext::run(&SoftmaxKernel { log: false }, vec![Tensor::from_vec(&[4, 2], x).unwrap()], &[DType::F32])
+            .unwrap()
+            .remove(0)
+            .to_vec::<f32>()
+            .unwrap();
+        assert!(out[..6].iter().all(|v| v.is_nan()), "{out:?}");
+        assert_eq!(&out[6..], &[1.0, 0.0]);
+    }
+
+    fn reference_xent(x: &[f32], y: &[f32], classes: usize) -> (Vec<f64>, Vec<f64>) {
+        let (mut loss, mut bp) = (Vec::new(), Vec::new());
+        for (xr, yr) in x.chunks(classes).zip(y.chunks(classes)) {
+            let max = xr.iter().map(|&v| v as f64).fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = xr.iter().map(|&v| (v as f64 - max).exp()).sum();
+            loss.push(xr.iter().zip(yr).map(|(&v, &t)| t as f64 * (sum.ln() - (v as f64 - max))).sum());
+            bp.extend(xr.iter().zip(yr).map(|(&v, &t)| (v as f64 - max).exp() / sum - t as f64));
+        }
+        (loss, bp)
+    }
+
+    fn close(got: &[f32], want: &[f64], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            assert!((g as f64 - w).abs() <= 1e-5 * w.abs().max(1.0), "{what}: element {i} is {g}, expected {w}");
+        }
+    }
+
+    #[test]
+    fn xent_matches_reference_with_broadcasting() {
+        for (ls, bs) in [
+            (&[3usize, 5][..], &[3usize, 5][..]),
+            (&[1, 1], &[1, 1]),
+            (&[3, 5], &[5]),
+            (&[3, 5], &[1, 5]),
+            (&[1, 5], &[3, 5]),
+            (&[3, 1], &[3, 5]),
+            (&[0, 4], &[0, 4]),
+            (&[2000, 17], &[2000, 17]),
+            (&[4, 0], &[4, 0]),
+        ] {
+            let x = values(ls.iter().product(), 1);
+            let y: Vec<f32> = values(bs.iter().product(), 2).iter().map(|v| (v + 10.0) / 20.0).collect();
+            let mut outs = LocalContext::run(
+                &XentKernel,
+                vec![Tensor::from_vec(ls, x.clone()).unwrap(), Tensor::from_vec(bs, y.clone()).unwrap()],
+                &[DType::F32, DType::F32],
+            )
+            .unwrap();
+            let bp = outs.pop().unwrap();
+            let loss = outs.pop().unwrap();
+            let out_shape = Broadcast::new(ls, bs).unwrap().output_shape().to_vec();
+            let (batch, classes) = (out_shape[0], out_shape[1]);
+            let xb = broadcast_2d(&x, ls, batch, classes);
+            let yb = broadcast_2d(&y, bs, batch, classes);
+            let (want_loss, want_bp) =
+                if classes == 0 { (vec![0.0; batch], vec![]) } else { reference_xent(&xb, &yb, classes) };
+            assert_eq!(bp.shape(), out_shape.as_slice());
+            close(&loss.to_vec::<f32>().unwrap(), &want_loss, &format!("loss {ls:?} {bs:?}"));
+            close(&bp.to_vec::<f32>().unwrap(), &want_bp, &format!("backprop {ls:?} {bs:?}"));
+        }
+        let e = LocalContext::run(
+            &XentKernel,
+            vec![Tensor::from_vec(&[3, 4], vec![0f32; 12]).unwrap(), Tensor::from_vec(&[2, 4], vec![0f32; 8]).unwrap()],
+            &[DType::F32, DType::F32],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("logits_size=[3,4] labels_size=[2,4]"), "{e}");
+    }
+
+    fn run_sparse<I: Element>(ls: &[usize], x: Vec<f32>, labels: Vec<I>) -> Result<(Vec<f32>, Vec<f32>), Error> {
+        let n = labels.len();
+        let mut outs = LocalContext::run(
+            &SparseXentKernel,
+            vec![Tensor::from_vec(ls, x)?, Tensor::from_vec(&[n], labels)?],
+            &[DType::F32, DType::F32],
+        )?;
+        let bp = outs.pop().unwrap().to_vec()?;
+        Ok((outs.pop().unwrap().to_vec()?, bp))
+    }
+
+    #[test]
+    fn sparse_xent_matches_dense_with_one_hot_labels() {
+        for (batch, classes) in [(1, 1), (3, 5), (0, 4), (2000, 17), (7, 1000)] {
+            let x = values(batch * classes, 3);
+            let labels: Vec<i64> = (0..batch).map(|i| ((i * 7 + 3) % classes) as i64).collect();
+            let mut onehot = vec![0f32; batch * classes];
+            for (i, &l) in labels.iter().enumerate() {
+                onehot[i * classes + l as usize] = 1.0;
+            }
+            let (want_loss, want_bp) = reference_xent(&x, &onehot, classes.max(1));
+            let (loss, bp) = run_sparse(&[batch, classes], x.clone(), labels.clone()).unwrap();
+            close(&loss, &want_loss[..batch], "sparse loss");
+            close(&bp, &want_bp, "sparse backprop");
+            let labels32: Vec<i32> = labels.iter().map(|&l| l as i32).collect();
+            assert_eq!(run_sparse(&[batch, classes], x, labels32).unwrap(), (loss, bp));
+        }
+    }
+
+    #[test]
+    fn sparse_xent_errors_match_tensorflow() {
+        let e = run_sparse(&[3, 4], vec![0.0; 12], vec![1i32, 5, -1]).unwrap_err().to_string();
+        assert!(
+            e.contains("Received a label value of -1 which is outside the valid range of [0, 4).  Label values: 1 5 -1"),
+            "{e}"
+        );
+        let e = run_sparse(&[3, 4], vec![0.0; 12], vec![1i64, 4, 2]).unwrap_err().to_string();
+        assert!(e.contains("Received a label value of 4 which"), "{e}");
+        let e = run_sparse(&[3, 0], vec![], vec![0i32, 0, 0]).unwrap_err().to_string();
+        assert!(e.contains("Must have at least one class, but got logits shape [3,0]"), "{e}");
+        let e = run_sparse(&[3, 4], vec![0.0; 12], vec![0i32, 0]).unwrap_err().to_string();
+        assert!(e.contains("must have the same first dimension"), "{e}");
+        let e = run_sparse(&[12], vec![0.0; 12], vec![0i32; 12]).unwrap_err().to_string();
+        assert!(e.contains("logits must be 2-D, but got shape [12]"), "{e}");
+    }
+}

@@ -1,5 +1,866 @@
-//! (being written)
+//! Elementwise unary ops (float32 unless noted), the activation gradients,
+//! the predicates (`IsNan`, `IsFinite` → bool), `LogicalNot`, `ZerosLike`/
+//! `OnesLike` and `Cast`.
+//!
+//! Every op is one monomorphised loop over contiguous slices (the op is
+//! chosen once per call); large tensors are split across the compute pool by
+//! [`fill_chunked`].
+//!
+//! ## Numerics
+//! The formulas are TensorFlow's (Eigen functors in `relu_op_functor.h`,
+//! `softplus_op.h`, `cwise_ops.h`), including their quirks: `Elu`/`Selu` use
+//! `exp(x) - 1` (not `expm1`), `Softplus` switches to `x` / `exp(x)` beyond
+//! `±(ln ε + 2)`, `ReluGrad` multiplies by a 0/1 mask (so a NaN gradient
+//! stays NaN), `Relu`/`Relu6` propagate NaN and keep `-0`, `Sign(NaN)` is
+//! NaN, `Round` rounds half to even, the `Rsqrt`/`Sqrt`/`Reciprocal`
+//! gradients are 0 where the incoming gradient is 0. Transcendentals (`Exp`,
+//! `Log`, `Tanh`, …) are the C library's, correctly rounded or within an ulp
+//! or two; TensorFlow's CPU kernels use Eigen's vectorised approximations, so
+//! results agree to a relative ~1e-6 (more where `exp(x) - 1` cancels).
+//!
+//! `Cast` float → int follows TensorFlow on x86: truncation toward zero, and
+//! NaN or out-of-range values become the integer minimum.
 
-use super::KernelDef;
+use super::binary::{check_len, fill_chunked};
+use super::shape::ShapeDisplay;
+use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, TfBool};
+use crate::error::Error;
 
-pub const KERNELS: &[KernelDef] = &[];
+macro_rules! unary {
+    ($name:literal, $op:expr) => {
+        KernelDef::new($name, types::T_F32, |_| Ok(Box::new(UnaryKernel { op: $op, name: $name })))
+    };
+}
+
+macro_rules! grad {
+    ($name:literal, $op:expr) => {
+        KernelDef::new($name, types::T_F32, |_| Ok(Box::new(GradKernel { op: $op, name: $name })))
+    };
+}
+
+const CAST_TO_F32: &[(&str, &[DType])] = &[("SrcT", &[DType::F32, DType::I32, DType::I64, DType::Bool]), ("DstT", &[DType::F32])];
+const CAST_FROM_F32: &[(&str, &[DType])] = &[("SrcT", &[DType::F32]), ("DstT", &[DType::I32, DType::I64, DType::Bool])];
+
+pub const KERNELS: &[KernelDef] = &[
+    unary!("Neg", UnaryOp::Neg),
+    unary!("Abs", UnaryOp::Abs),
+    unary!("Exp", UnaryOp::Exp),
+    unary!("Log", UnaryOp::Log),
+    unary!("Log1p", UnaryOp::Log1p),
+    unary!("Sqrt", UnaryOp::Sqrt),
+    unary!("Rsqrt", UnaryOp::Rsqrt),
+    unary!("Square", UnaryOp::Square),
+    unary!("Reciprocal", UnaryOp::Reciprocal),
+    unary!("Inv", UnaryOp::Reciprocal),
+    unary!("Tanh", UnaryOp::Tanh),
+    unary!("Sigmoid", UnaryOp::Sigmoid),
+    unary!("Relu", UnaryOp::Relu),
+    unary!("Relu6", UnaryOp::Relu6),
+    unary!("Elu", UnaryOp::Elu),
+    unary!("Selu", UnaryOp::Selu),
+    unary!("Softplus", UnaryOp::Softplus),
+    unary!("Softsign", UnaryOp::Softsign),
+    unary!("Erf", UnaryOp::Erf),
+    unary!("Sign", UnaryOp::Sign),
+    unary!("Floor", UnaryOp::Floor),
+    unary!("Ceil", UnaryOp::Ceil),
+    unary!("Round", UnaryOp::Round),
+    unary!("ZerosLike", UnaryOp::Fill(0.0)),
+    unary!("OnesLike", UnaryOp::Fill(1.0)),
+    KernelDef::new("LeakyRelu", types::T_F32, |attrs| {
+        Ok(Box::new(UnaryKernel { op: UnaryOp::LeakyRelu(alpha(attrs)?), name: "LeakyRelu" }))
+    }),
+    KernelDef::new("IsNan", types::T_F32, |_| Ok(Box::new(PredicateKernel { op: Predicate::IsNan }))),
+    KernelDef::new("IsFinite", types::T_F32, |_| Ok(Box::new(PredicateKernel { op: Predicate::IsFinite }))),
+    KernelDef::new("LogicalNot", &[], |_| Ok(Box::new(PredicateKernel { op: Predicate::LogicalNot }))),
+    KernelDef::new("Cast", CAST_TO_F32, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
+    KernelDef::new("Cast", CAST_FROM_F32, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
+    grad!("ReluGrad", GradOp::Relu),
+    grad!("Relu6Grad", GradOp::Relu6),
+    grad!("EluGrad", GradOp::Elu),
+    grad!("SeluGrad", GradOp::Selu),
+    grad!("SoftplusGrad", GradOp::Softplus),
+    grad!("SoftsignGrad", GradOp::Softsign),
+    KernelDef::new("LeakyReluGrad", types::T_F32, |attrs| {
+        Ok(Box::new(GradKernel { op: GradOp::LeakyRelu(alpha(attrs)?), name: "LeakyReluGrad" }))
+    }),
+    grad!("TanhGrad", GradOp::Tanh),
+    grad!("SigmoidGrad", GradOp::Sigmoid),
+    grad!("RsqrtGrad", GradOp::Rsqrt),
+    grad!("SqrtGrad", GradOp::Sqrt),
+    grad!("ReciprocalGrad", GradOp::Reciprocal),
+    grad!("InvGrad", GradOp::Reciprocal),
+];
+
+/// `LeakyRelu`'s `alpha` (TensorFlow's default when absent).
+fn alpha(attrs: &dyn Attrs) -> Result<f32, Error> {
+    if attrs.has("alpha") {
+        attrs.float("alpha")
+    } else {
+        Ok(0.2)
+    }
+}
+
+/// SELU's constants, as TensorFlow rounds them to float32.
+const SELU_SCALE: f32 = 1.050_701;
+const SELU_SCALE_ALPHA: f32 = 1.758_099_3;
+
+/// `out[i] = f(x[i])`, inline or across the pool.
+fn map<I, O, F>(x: &[I], out: &mut [O], f: F)
+where
+    I: Copy + Sync,
+    O: Copy + Send,
+    F: Fn(I) -> O + Copy + Send + Sync,
+{
+    fill_chunked(out, |start, chunk| {
+        let end = start + chunk.len();
+        for (o, &v) in chunk.iter_mut().zip(&x[start..end]) {
+            *o = f(v);
+        }
+    });
+}
+
+/// `out[i] = f(a[i], b[i])`, inline or across the pool.
+fn map2<F>(a: &[f32], b: &[f32], out: &mut [f32], f: F)
+where
+    F: Fn(f32, f32) -> f32 + Copy + Send + Sync,
+{
+    fill_chunked(out, |start, chunk| {
+        let end = start + chunk.len();
+        for ((o, &x), &y) in chunk.iter_mut().zip(&a[start..end]).zip(&b[start..end]) {
+            *o = f(x, y);
+        }
+    });
+}
+
+// ------------------------------------------------------------ float32 ops
+
+/// A float32 → float32 elementwise op.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Log1p,
+    Sqrt,
+    Rsqrt,
+    Square,
+    /// `Reciprocal`, `Inv`: `1 / x`.
+    Reciprocal,
+    Tanh,
+    Sigmoid,
+    Relu,
+    Relu6,
+    Elu,
+    Selu,
+    Softplus,
+    Softsign,
+    Erf,
+    Sign,
+    Floor,
+    Ceil,
+    /// Half to even.
+    Round,
+    /// `x > 0 ? x : alpha * x`.
+    LeakyRelu(f32),
+    /// `ZerosLike`, `OnesLike`: every element this value.
+    Fill(f32),
+}
+
+impl UnaryOp {
+    /// Every op (with sample parameters), for tests.
+    pub const ALL: [UnaryOp; 25] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Log1p,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Square,
+        UnaryOp::Reciprocal,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::Relu6,
+        UnaryOp::Elu,
+        UnaryOp::Selu,
+        UnaryOp::Softplus,
+        UnaryOp::Softsign,
+        UnaryOp::Erf,
+        UnaryOp::Sign,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
+        UnaryOp::LeakyRelu(0.3),
+        UnaryOp::Fill(0.0),
+        UnaryOp::Fill(1.0),
+    ];
+
+    /// `out = op(x)`; the slices must have the same length.
+    pub fn run(self, x: &[f32], out: &mut [f32]) {
+        match self {
+            UnaryOp::Neg => map(x, out, |v: f32| -v),
+            UnaryOp::Abs => map(x, out, f32::abs),
+            UnaryOp::Exp => map(x, out, f32::exp),
+            UnaryOp::Log => map(x, out, f32::ln),
+            UnaryOp::Log1p => map(x, out, f32::ln_1p),
+            UnaryOp::Sqrt => map(x, out, f32::sqrt),
+            UnaryOp::Rsqrt => map(x, out, |v: f32| 1.0 / v.sqrt()),
+            UnaryOp::Square => map(x, out, |v: f32| v * v),
+            UnaryOp::Reciprocal => map(x, out, |v: f32| 1.0 / v),
+            UnaryOp::Tanh => map(x, out, f32::tanh),
+            UnaryOp::Sigmoid => map(x, out, sigmoid),
+            UnaryOp::Relu => map(x, out, relu),
+            UnaryOp::Relu6 => map(x, out, |v| {
+                let r = relu(v);
+                if r > 6.0 {
+                    6.0
+                } else {
+                    r
+                }
+            }),
+            UnaryOp::Elu => map(x, out, |v: f32| if v < 0.0 { v.exp() - 1.0 } else { v }),
+            UnaryOp::Selu => map(x, out, |v: f32| if v < 0.0 { SELU_SCALE_ALPHA * (v.exp() - 1.0) } else { SELU_SCALE * v }),
+            UnaryOp::Softplus => {
+                let threshold = softplus_threshold();
+                map(x, out, move |v: f32| {
+                    if v > -threshold {
+                        v
+                    } else if v < threshold {
+                        v.exp()
+                    } else {
+                        v.exp().ln_1p()
+                    }
+                })
+            }
+            UnaryOp::Softsign => map(x, out, |v: f32| v / (v.abs() + 1.0)),
+            UnaryOp::Erf => map(x, out, erf),
+            UnaryOp::Sign => map(x, out, sign),
+            UnaryOp::Floor => map(x, out, f32::floor),
+            UnaryOp::Ceil => map(x, out, f32::ceil),
+            UnaryOp::Round => map(x, out, f32::round_ties_even),
+            UnaryOp::LeakyRelu(alpha) => map(x, out, move |v: f32| if v > 0.0 { v } else { v * alpha }),
+            UnaryOp::Fill(value) => out.fill(value),
+        }
+    }
+}
+
+/// `Softplus` switches to `x` above `-threshold` and to `exp(x)` below
+/// `threshold`: `ln(ε) + 2` as TensorFlow computes it (≈ -13.94).
+fn softplus_threshold() -> f32 {
+    f32::EPSILON.ln() + 2.0
+}
+
+/// `max(x, 0)`, NaN propagating, `-0` kept (Eigen `cwiseMax<PropagateNaN>`).
+#[inline(always)]
+fn relu(v: f32) -> f32 {
+    if v < 0.0 {
+        0.0
+    } else {
+        v
+    }
+}
+
+#[inline(always)]
+fn sigmoid(v: f32) -> f32 {
+    1.0 / (1.0 + (-v).exp())
+}
+
+/// 1, -1, 0 (for ±0) or NaN.
+#[inline(always)]
+fn sign(v: f32) -> f32 {
+    if v > 0.0 {
+        1.0
+    } else if v < 0.0 {
+        -1.0
+    } else if v == 0.0 {
+        0.0
+    } else {
+        v
+    }
+}
+
+/// The error function: a rational approximation on [-4, 4] (the one XLA and
+/// Eigen use for float32; beyond ±4 erf is ±1 in float32), evaluated in
+/// float64 so the float32 result is within an ulp.
+fn erf(v: f32) -> f32 {
+    if v.is_nan() {
+        return v;
+    }
+    let x = f64::from(v.clamp(-4.0, 4.0));
+    let x2 = x * x;
+    let alpha = [
+        -2.726_142_258_013_06e-10,
+        2.770_681_424_959_02e-08,
+        -2.101_024_020_825_08e-06,
+        -5.692_506_394_623_46e-05,
+        -7.349_906_303_268_55e-04,
+        -2.954_599_808_540_25e-03,
+        -1.609_603_332_624_15e-02,
+    ];
+    let beta = [
+        -1.456_607_184_649_96e-05,
+        -2.133_740_552_789_05e-04,
+        -1.682_826_974_382_03e-03,
+        -7.373_329_167_204_68e-03,
+        -1.426_473_905_141_89e-02,
+    ];
+    let p = alpha.iter().fold(0.0, |acc, &c| acc * x2 + c) * x;
+    let q = beta.iter().fold(0.0, |acc, &c| acc * x2 + c);
+    (p / q).clamp(-1.0, 1.0) as f32
+}
+
+/// The kernel of a [`UnaryOp`].
+#[derive(Debug)]
+struct UnaryKernel {
+    op: UnaryOp,
+    name: &'static str,
+}
+
+impl Kernel for UnaryKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        expect_inputs(self.name, ctx, 1)?;
+        let x = ctx.input(0)?;
+        let mut out = ctx.allocate_output(0, x.shape())?;
+        let (x, out) = (x.data::<f32>()?, out.data_mut::<f32>()?);
+        check_len(self.name, "the output", out.len(), &[x.len()])?;
+        self.op.run(x, out);
+        Ok(())
+    }
+}
+
+// -------------------------------------------------------------- predicates
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Predicate {
+    IsNan,
+    IsFinite,
+    LogicalNot,
+}
+
+/// `IsNan`, `IsFinite` (float32 → bool) and `LogicalNot` (bool → bool).
+#[derive(Debug)]
+struct PredicateKernel {
+    op: Predicate,
+}
+
+impl Kernel for PredicateKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        let name = match self.op {
+            Predicate::IsNan => "IsNan",
+            Predicate::IsFinite => "IsFinite",
+            Predicate::LogicalNot => "LogicalNot",
+        };
+        expect_inputs(name, ctx, 1)?;
+        let x = ctx.input(0)?;
+        let mut out = ctx.allocate_output(0, x.shape())?;
+        let out = out.data_mut::<TfBool>()?;
+        check_len(name, "the output", out.len(), &[x.len()])?;
+        match self.op {
+            Predicate::IsNan => map(x.data::<f32>()?, out, |v: f32| TfBool(v.is_nan() as u8)),
+            Predicate::IsFinite => map(x.data::<f32>()?, out, |v: f32| TfBool(v.is_finite() as u8)),
+            Predicate::LogicalNot => map(x.data::<TfBool>()?, out, |v: TfBool| TfBool((!v.get()) as u8)),
+        }
+        Ok(())
+    }
+}
+
+// -------------------------------------------------------------------- Cast
+
+/// `Cast` between float32 and int32/int64/bool (one side float32).
+#[derive(Debug)]
+struct CastKernel {
+    src: DType,
+    dst: DType,
+}
+
+impl CastKernel {
+    fn new(attrs: &dyn Attrs) -> Result<Self, Error> {
+        let (src, dst) = (attrs.dtype("SrcT")?, attrs.dtype("DstT")?);
+        let supported = matches!(
+            (src, dst),
+            (DType::F32 | DType::I32 | DType::I64 | DType::Bool, DType::F32) | (DType::F32, DType::I32 | DType::I64 | DType::Bool)
+        );
+        if supported {
+            Ok(CastKernel { src, dst })
+        } else {
+            Err(Error::InvalidArgument(format!("Cast: tfwasm has no kernel from {src} to {dst}")))
+        }
+    }
+}
+
+/// float32 → int32 as TensorFlow's x86 build does it: truncation, with NaN
+/// and out-of-range values giving `i32::MIN` (what `cvttss2si` returns).
+#[inline(always)]
+fn f32_to_i32(v: f32) -> i32 {
+    if (-2_147_483_648.0..2_147_483_648.0).contains(&v) {
+        v as i32
+    } else {
+        i32::MIN
+    }
+}
+
+/// float32 → int64 likewise, `i64::MIN` for NaN and out-of-range values.
+#[inline(always)]
+fn f32_to_i64(v: f32) -> i64 {
+    if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&v) {
+        v as i64
+    } else {
+        i64::MIN
+    }
+}
+
+impl Kernel for CastKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        expect_inputs("Cast", ctx, 1)?;
+        if self.src == self.dst {
+            return ctx.forward_input(0, 0);
+        }
+        let x = ctx.input(0)?;
+        let mut out = ctx.allocate_output(0, x.shape())?;
+        if out.len() != x.len() {
+            return Err(Error::Internal(format!("Cast: output of {} elements for input {}", out.len(), ShapeDisplay(x.shape()))));
+        }
+        fn cast<I: Element, O: Element>(x: &super::Tensor, out: &mut super::Tensor, f: impl Fn(I) -> O + Copy + Send + Sync) -> Result<(), Error> {
+            map(x.data::<I>()?, out.data_mut::<O>()?, f);
+            Ok(())
+        }
+        match (self.src, self.dst) {
+            (DType::I32, DType::F32) => cast(&x, &mut out, |v: i32| v as f32),
+            (DType::I64, DType::F32) => cast(&x, &mut out, |v: i64| v as f32),
+            (DType::Bool, DType::F32) => cast(&x, &mut out, |v: TfBool| f32::from(u8::from(v.get()))),
+            (DType::F32, DType::I32) => cast(&x, &mut out, f32_to_i32),
+            (DType::F32, DType::I64) => cast(&x, &mut out, f32_to_i64),
+            (DType::F32, DType::Bool) => cast(&x, &mut out, |v: f32| TfBool((v != 0.0) as u8)),
+            (src, dst) => Err(Error::InvalidArgument(format!("Cast: tfwasm has no kernel from {src} to {dst}"))),
+        }
+    }
+}
+
+// --------------------------------------------------------------- gradients
+
+/// A gradient op of two same-size float32 inputs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GradOp {
+    /// `ReluGrad(gradients, features)`.
+    Relu,
+    Relu6,
+    /// `EluGrad(gradients, outputs)`.
+    Elu,
+    /// `SeluGrad(gradients, outputs)`.
+    Selu,
+    /// `SoftplusGrad(gradients, features)`.
+    Softplus,
+    Softsign,
+    LeakyRelu(f32),
+    /// `TanhGrad(y, dy)`.
+    Tanh,
+    /// `SigmoidGrad(y, dy)`.
+    Sigmoid,
+    /// `RsqrtGrad(y, dy)`.
+    Rsqrt,
+    /// `SqrtGrad(y, dy)`.
+    Sqrt,
+    /// `ReciprocalGrad(y, dy)`, `InvGrad`.
+    Reciprocal,
+}
+
+impl GradOp {
+    pub const ALL: [GradOp; 12] = [
+        GradOp::Relu,
+        GradOp::Relu6,
+        GradOp::Elu,
+        GradOp::Selu,
+        GradOp::Softplus,
+        GradOp::Softsign,
+        GradOp::LeakyRelu(0.3),
+        GradOp::Tanh,
+        GradOp::Sigmoid,
+        GradOp::Rsqrt,
+        GradOp::Sqrt,
+        GradOp::Reciprocal,
+    ];
+
+    /// The activation gradients (`*Grad(gradients, features)`) require
+    /// identical shapes; the `cwise` ones (`TanhGrad(y, dy)`, …) only the
+    /// same number of elements, and take the shape of `y`.
+    fn needs_same_shape(self) -> bool {
+        !matches!(self, GradOp::Tanh | GradOp::Sigmoid | GradOp::Rsqrt | GradOp::Sqrt | GradOp::Reciprocal)
+    }
+
+    /// `out = op(a, b)` with TensorFlow's input order.
+    pub fn run(self, a: &[f32], b: &[f32], out: &mut [f32]) {
+        match self {
+            GradOp::Relu => map2(a, b, out, |g, x| g * f32::from(u8::from(x > 0.0))),
+            GradOp::Relu6 => map2(a, b, out, |g, x| g * f32::from(u8::from(x > 0.0 && x < 6.0))),
+            GradOp::Elu => map2(a, b, out, |g, y| if y < 0.0 { (y + 1.0) * g } else { g }),
+            GradOp::Selu => map2(a, b, out, |g, y| if y < 0.0 { g * (y + SELU_SCALE_ALPHA) } else { g * SELU_SCALE }),
+            GradOp::Softplus => map2(a, b, out, |g, x| g / ((-x).exp() + 1.0)),
+            GradOp::Softsign => map2(a, b, out, |g, x| {
+                let d = x.abs() + 1.0;
+                g / (d * d)
+            }),
+            GradOp::LeakyRelu(alpha) => map2(a, b, out, move |g, x| if x > 0.0 { g } else { g * alpha }),
+            GradOp::Tanh => map2(a, b, out, |y, dy| dy * (1.0 - y * y)),
+            GradOp::Sigmoid => map2(a, b, out, |y, dy| dy * (y * (1.0 - y))),
+            GradOp::Rsqrt => map2(a, b, out, |y, dy| if dy == 0.0 { 0.0 } else { -0.5 * (dy * y) * (y * y) }),
+            GradOp::Sqrt => map2(a, b, out, |y, dy| if dy == 0.0 { 0.0 } else { (0.5 * dy) / y }),
+            GradOp::Reciprocal => map2(a, b, out, |y, dy| if dy == 0.0 { 0.0 } else { -y * y * dy }),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct GradKernel {
+    op: GradOp,
+    name: &'static str,
+}
+
+impl Kernel for GradKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        expect_inputs(self.name, ctx, 2)?;
+        let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+        if self.op.needs_same_shape() {
+            if a.shape() != b.shape() {
+                return Err(Error::InvalidArgument(format!(
+                    "Inputs to operation {0} of type {0} must have the same size and shape.  Input 0: {1} != input 1: {2}",
+                    self.name,
+                    ShapeDisplay(a.shape()),
+                    ShapeDisplay(b.shape())
+                )));
+            }
+        } else if a.len() != b.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{}: the two arguments to a cwise op must have same number of elements, got {} and {}",
+                self.name,
+                a.len(),
+                b.len()
+            )));
+        }
+        let mut out = ctx.allocate_output(0, a.shape())?;
+        let (a, b, out) = (a.data::<f32>()?, b.data::<f32>()?, out.data_mut::<f32>()?);
+        check_len(self.name, "the output", out.len(), &[a.len()])?;
+        check_len(self.name, "input 1", b.len(), &[a.len()])?;
+        self.op.run(a, b, out);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{LocalContext, Tensor};
+
+    fn values(len: usize, seed: u32, scale: f32) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..len)
+            .map(|_| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                ((state >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    }
+
+    /// Special values every op must handle as TensorFlow does.
+    const SPECIAL: [f32; 14] =
+        [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 6.0, 20.0, -20.0, 1e-30];
+
+    /// Reference in float64 (for ops TF computes directly) or with TF's exact
+    /// float32 formula.
+    fn reference(op: UnaryOp, v: f32) -> f32 {
+        let x = f64::from(v);
+        let r = match op {
+            UnaryOp::Neg => -x,
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Log1p => x.ln_1p(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Square => x * x,
+            UnaryOp::Reciprocal => 1.0 / x,
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Relu => return if v < 0.0 { 0.0 } else { v },
+            UnaryOp::Relu6 => return if v.is_nan() { v } else if v < 0.0 { 0.0 } else { v.min(6.0) },
+            UnaryOp::Elu => return if v < 0.0 { (x.exp() as f32) - 1.0 } else { v },
+            UnaryOp::Selu => return if v < 0.0 { SELU_SCALE_ALPHA * ((x.exp() as f32) - 1.0) } else { SELU_SCALE * v },
+            UnaryOp::Softplus => {
+                if v > 13.942385 {
+                    x
+                } else if v < -13.942385 {
+                    x.exp()
+                } else {
+                    x.exp().ln_1p()
+                }
+            }
+            UnaryOp::Softsign => x / (x.abs() + 1.0),
+            UnaryOp::Erf => erf_series(x),
+            UnaryOp::Sign => return if v.is_nan() { v } else if v == 0.0 { 0.0 } else { v.signum() },
+            UnaryOp::Floor => x.floor(),
+            UnaryOp::Ceil => x.ceil(),
+            UnaryOp::Round => x.round_ties_even(),
+            UnaryOp::LeakyRelu(alpha) => return if v > 0.0 { v } else { v * alpha },
+            UnaryOp::Fill(value) => return value,
+        };
+        r as f32
+    }
+
+    /// erf from its Taylor series in float64 (|x| ≤ 4 keeps it accurate to
+    /// ~1e-9); ±1 beyond.
+    fn erf_series(x: f64) -> f64 {
+        if x.is_nan() {
+            return x;
+        }
+        if x.abs() > 4.0 {
+            return x.signum();
+        }
+        let (mut term, mut sum) = (x, x);
+        for n in 1..200 {
+            term *= -x * x / n as f64;
+            sum += term / (2 * n + 1) as f64;
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    }
+
+    fn close(got: f32, want: f32, rtol: f32, atol: f32) -> bool {
+        if want.is_nan() {
+            return got.is_nan();
+        }
+        if want.is_infinite() || want == 0.0 {
+            return got == want || (got - want).abs() <= atol;
+        }
+        (got - want).abs() <= atol + rtol * want.abs()
+    }
+
+    fn run_unary(op: UnaryOp, shape: &[usize], x: Vec<f32>) -> Tensor {
+        let kernel = UnaryKernel { op, name: "test" };
+        let out = LocalContext::run(&kernel, vec![Tensor::from_vec(shape, x).unwrap()], &[DType::F32]).unwrap();
+        out.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn unary_ops_match_reference() {
+        for op in UnaryOp::ALL {
+            let scale = if matches!(op, UnaryOp::Relu6) { 8.0 } else { 5.0 };
+            for shape in [&[0usize][..], &[], &[1, 1], &[7, 13], &[3, 0, 2], &[257, 131]] {
+                let mut x = values(shape.iter().product(), 11, scale);
+                if matches!(op, UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt) {
+                    x.iter_mut().for_each(|v| *v = v.abs() + 1e-3);
+                }
+                let out = run_unary(op, shape, x.clone());
+                assert_eq!(out.shape(), shape);
+                for (&v, &got) in x.iter().zip(out.to_vec::<f32>().unwrap().iter()) {
+                    let want = reference(op, v);
+                    assert!(close(got, want, 2e-6, 1e-7), "{op:?}({v}) = {got}, want {want}");
+                }
+            }
+            let out = run_unary(op, &[SPECIAL.len()], SPECIAL.to_vec());
+            for (&v, &got) in SPECIAL.iter().zip(out.to_vec::<f32>().unwrap().iter()) {
+                let want = reference(op, v);
+                assert!(close(got, want, 2e-6, 1e-37), "{op:?}({v}) = {got}, want {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn signed_zero_and_nan_as_tensorflow() {
+        let out = run_unary(UnaryOp::Relu, &[3], vec![-0.0, f32::NAN, -1.0]).to_vec::<f32>().unwrap();
+        assert_eq!(out[0].to_bits(), (-0.0f32).to_bits());
+        assert!(out[1].is_nan());
+        assert_eq!(out[2].to_bits(), 0.0f32.to_bits());
+        let out = run_unary(UnaryOp::Sign, &[2], vec![-0.0, f32::NAN]).to_vec::<f32>().unwrap();
+        assert_eq!(out[0].to_bits(), 0.0f32.to_bits());
+        assert!(out[1].is_nan());
+        let out = run_unary(UnaryOp::Round, &[5], vec![0.5, 1.5, 2.5, -0.5, -2.5]).to_vec::<f32>().unwrap();
+        assert_eq!(out, [0.0, 2.0, 2.0, -0.0, -2.0]);
+        assert_eq!(softplus_threshold(), -13.942385);
+    }
+
+    #[test]
+    fn erf_is_accurate() {
+        for i in -5000..=5000 {
+            let v = i as f32 / 1000.0;
+            let (got, want) = (erf(v), erf_series(f64::from(v)) as f32);
+            assert!((got - want).abs() <= 2e-7 * want.abs().max(1e-3), "erf({v}) = {got}, want {want}");
+        }
+    }
+
+    fn grad_reference(op: GradOp, a: f32, b: f32) -> f32 {
+        let (x, y) = (f64::from(a), f64::from(b));
+        let r = match op {
+            GradOp::Relu => return a * if b > 0.0 { 1.0 } else { 0.0 },
+            GradOp::Relu6 => return a * if b > 0.0 && b < 6.0 { 1.0 } else { 0.0 },
+            GradOp::Elu => return if b < 0.0 { (b + 1.0) * a } else { a },
+            GradOp::Selu => return if b < 0.0 { a * (b + SELU_SCALE_ALPHA) } else { a * SELU_SCALE },
+            GradOp::Softplus => x / ((-y).exp() + 1.0),
+            GradOp::Softsign => x / ((y.abs() + 1.0) * (y.abs() + 1.0)),
+            GradOp::LeakyRelu(alpha) => return if b > 0.0 { a } else { a * alpha },
+            GradOp::Tanh => y * (1.0 - x * x),
+            GradOp::Sigmoid => y * (x * (1.0 - x)),
+            GradOp::Rsqrt => -0.5 * y * x * x * x,
+            GradOp::Sqrt => 0.5 * y / x,
+            GradOp::Reciprocal => -x * x * y,
+        };
+        if (matches!(op, GradOp::Rsqrt | GradOp::Sqrt | GradOp::Reciprocal)) && b == 0.0 {
+            return 0.0;
+        }
+        r as f32
+    }
+
+    #[test]
+    fn gradients_match_reference() {
+        for op in GradOp::ALL {
+            for shape in [&[0usize][..], &[], &[1, 1], &[7, 13], &[257, 131]] {
+                let a = values(shape.iter().product(), 21, 8.0);
+                let mut b = values(shape.iter().product(), 22, 8.0);
+                if shape.len() == 2 && shape[0] == 7 {
+                    b[3] = 0.0;
+                    b[5] = 6.0;
+                }
+                let kernel = GradKernel { op, name: "test" };
+                let inputs = vec![Tensor::from_vec(shape, a.clone()).unwrap(), Tensor::from_vec(shape, b.clone()).unwrap()];
+                let out = LocalContext::run(&kernel, inputs, &[DType::F32]).unwrap();
+                assert_eq!(out[0].shape(), shape);
+                for ((&x, &y), &got) in a.iter().zip(&b).zip(out[0].to_vec::<f32>().unwrap().iter()) {
+                    let want = grad_reference(op, x, y);
+                    assert!(close(got, want, 2e-6, 1e-6), "{op:?}({x}, {y}) = {got}, want {want}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gradient_edge_values() {
+        let run = |op, a: Vec<f32>, b: Vec<f32>| {
+            let kernel = GradKernel { op, name: "test" };
+            let n = a.len();
+            let inputs = vec![Tensor::from_vec(&[n], a).unwrap(), Tensor::from_vec(&[n], b).unwrap()];
+            LocalContext::run(&kernel, inputs, &[DType::F32]).unwrap()[0].to_vec::<f32>().unwrap()
+        };
+        // A NaN gradient survives the ReLU mask, as in TensorFlow.
+        assert!(run(GradOp::Relu, vec![f32::NAN], vec![-1.0])[0].is_nan());
+        // Zero incoming gradients give zero even where y is 0 or infinite.
+        for op in [GradOp::Sqrt, GradOp::Rsqrt, GradOp::Reciprocal] {
+            let out = run(op, vec![0.0, f32::INFINITY, 1.0], vec![0.0, 0.0, 1.0]);
+            assert_eq!(&out[..2], &[0.0, 0.0], "{op:?}");
+        }
+    }
+
+    #[test]
+    fn gradient_shape_checks() {
+        let inputs = || vec![Tensor::from_vec(&[2, 3], vec![1.0f32; 6]).unwrap(), Tensor::from_vec(&[6], vec![1.0f32; 6]).unwrap()];
+        let error = LocalContext::run(&GradKernel { op: GradOp::Relu, name: "ReluGrad" }, inputs(), &[DType::F32]).unwrap_err();
+        assert!(matches!(error, Error::InvalidArgument(_)));
+        assert!(error.to_string().contains("ReluGrad") && error.to_string().contains("[2,3] != input 1: [6]"), "{error}");
+        // The cwise gradients only need the same number of elements.
+        let out = LocalContext::run(&GradKernel { op: GradOp::Tanh, name: "TanhGrad" }, inputs(), &[DType::F32]).unwrap();
+        assert_eq!(out[0].shape(), &[2, 3]);
+        let short = vec![Tensor::from_vec(&[2, 3], vec![1.0f32; 6]).unwrap(), Tensor::from_vec(&[4], vec![1.0f32; 4]).unwrap()];
+        assert!(LocalContext::run(&GradKernel { op: GradOp::Tanh, name: "TanhGrad" }, short, &[DType::F32]).is_err());
+    }
+
+    #[test]
+    fn predicates_and_logical_not() {
+        let x = Tensor::from_vec(&[2, 3], vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -1.0, 1e38]).unwrap();
+        let bits = |t: &Tensor| t.to_vec::<TfBool>().unwrap().iter().map(|v| v.0).collect::<Vec<_>>();
+        let out = LocalContext::run(&PredicateKernel { op: Predicate::IsNan }, vec![x], &[DType::Bool]).unwrap();
+        assert_eq!(bits(&out[0]), [1, 0, 0, 0, 0, 0]);
+        let x = Tensor::from_vec(&[2, 3], vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -1.0, 1e38]).unwrap();
+        let out = LocalContext::run(&PredicateKernel { op: Predicate::IsFinite }, vec![x], &[DType::Bool]).unwrap();
+        assert_eq!(bits(&out[0]), [0, 0, 0, 1, 1, 1]);
+        let x = Tensor::from_vec(&[3], vec![TfBool(0), TfBool(1), TfBool(7)]).unwrap();
+        let out = LocalContext::run(&PredicateKernel { op: Predicate::LogicalNot }, vec![x], &[DType::Bool]).unwrap();
+        assert_eq!(bits(&out[0]), [1, 0, 0]);
+        let empty = Tensor::from_vec::<f32>(&[0, 4], vec![]).unwrap();
+        let out = LocalContext::run(&PredicateKernel { op: Predicate::IsNan }, vec![empty], &[DType::Bool]).unwrap();
+        assert_eq!(out[0].shape(), &[0, 4]);
+    }
+
+    #[test]
+    fn casts_follow_tensorflow() {
+        let special = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 3e9, -3e9, 2.7, -2.7, 0.5, -0.0, 1e20, -2147483648.0];
+        let n = special.len();
+        let run = |src: DType, dst: DType, input: Tensor| {
+            LocalContext::run(&CastKernel { src, dst }, vec![input], &[dst]).unwrap().into_iter().next().unwrap()
+        };
+        let i32s = run(DType::F32, DType::I32, Tensor::from_vec(&[n], special.clone()).unwrap());
+        assert_eq!(i32s.to_vec::<i32>().unwrap(), [i32::MIN, i32::MIN, i32::MIN, i32::MIN, i32::MIN, 2, -2, 0, 0, i32::MIN, i32::MIN]);
+        let i64s = run(DType::F32, DType::I64, Tensor::from_vec(&[n], special.clone()).unwrap());
+        assert_eq!(
+            i64s.to_vec::<i64>().unwrap(),
+            [i64::MIN, i64::MIN, i64::MIN, 3_000_000_000, -3_000_000_000, 2, -2, 0, 0, i64::MIN, -2_147_483_648]
+        );
+        let bools = run(DType::F32, DType::Bool, Tensor::from_vec(&[n], special).unwrap());
+        assert_eq!(bools.to_vec::<TfBool>().unwrap().iter().map(|b| b.0).collect::<Vec<_>>(), [1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1]);
+
+        let f = run(DType::I64, DType::F32, Tensor::from_vec(&[3], vec![(1i64 << 53) + 1, -(1i64 << 40) - 3, 7]).unwrap());
+        assert_eq!(f.to_vec::<f32>().unwrap(), [9_007_199_254_740_992.0, -1_099_511_627_776.0, 7.0]);
+        let f = run(DType::I32, DType::F32, Tensor::from_vec(&[3], vec![16_777_217i32, -5, 0]).unwrap());
+        assert_eq!(f.to_vec::<f32>().unwrap(), [16_777_216.0, -5.0, 0.0]);
+        let f = run(DType::Bool, DType::F32, Tensor::from_vec(&[3], vec![TfBool(1), TfBool(0), TfBool(1)]).unwrap());
+        assert_eq!(f.to_vec::<f32>().unwrap(), [1.0, 0.0, 1.0]);
+        // Same type: the input is forwarded.
+        let f = run(DType::F32, DType::F32, Tensor::from_vec(&[2], vec![1.5f32, -2.0]).unwrap());
+        assert_eq!(f.to_vec::<f32>().unwrap(), [1.5, -2.0]);
+        // Large: across the pool.
+        let big: Vec<i64> = (0..100_003).map(|i| i * 3 - 7).collect();
+        let f = run(DType::I64, DType::F32, Tensor::from_vec(&[100_003], big.clone()).unwrap());
+        assert!(f.to_vec::<f32>().unwrap().iter().zip(&big).all(|(&g, &w)| g == w as f32));
+    }
+
+    struct CastAttrs(DType, DType);
+
+    impl Attrs for CastAttrs {
+        fn has(&self, name: &str) -> bool {
+            matches!(name, "SrcT" | "DstT")
+        }
+        fn bool(&self, _: &str) -> Result<bool, Error> {
+            Err(Error::Internal("no bool".into()))
+        }
+        fn int(&self, _: &str) -> Result<i64, Error> {
+            Err(Error::Internal("no int".into()))
+        }
+        fn float(&self, _: &str) -> Result<f32, Error> {
+            Err(Error::Internal("no float".into()))
+        }
+        fn ints(&self, _: &str) -> Result<Vec<i64>, Error> {
+            Err(Error::Internal("no ints".into()))
+        }
+        fn string(&self, _: &str) -> Result<String, Error> {
+            Err(Error::Internal("no string".into()))
+        }
+        fn dtype(&self, name: &str) -> Result<DType, Error> {
+            match name {
+                "SrcT" => Ok(self.0),
+                "DstT" => Ok(self.1),
+                _ => Err(Error::Internal(format!("no attribute {name}"))),
+            }
+        }
+    }
+
+    #[test]
+    fn cast_builds_only_for_registered_pairs() {
+        for def in KERNELS.iter().filter(|d| d.op == "Cast") {
+            for combo in def.type_combinations() {
+                assert!((def.build)(&CastAttrs(combo[0].1, combo[1].1)).is_ok(), "{combo:?}");
+            }
+        }
+        assert!(CastKernel::new(&CastAttrs(DType::I32, DType::I64)).is_err());
+        assert!(CastKernel::new(&CastAttrs(DType::F64, DType::F32)).is_err());
+    }
+
+    #[test]
+    fn every_kernel_builds_and_runs() {
+        for def in KERNELS.iter().filter(|d| d.op != "Cast" && d.types == types::T_F32) {
+            let kernel = (def.build)(&CastAttrs(DType::F32, DType::F32)).unwrap();
+            let inputs = if def.op.ends_with("Grad") { 2 } else { 1 };
+            let dtype = if def.op.starts_with("Is") { DType::Bool } else { DType::F32 };
+            let tensors = (0..inputs).map(|i| Tensor::from_vec(&[2, 3], values(6, i, 2.0)).unwrap()).collect();
+            let out = LocalContext::run(kernel.as_ref(), tensors, &[dtype]).unwrap();
+            assert_eq!(out[0].shape(), &[2, 3], "{}", def.op);
+        }
+    }
+}

@@ -1,0 +1,392 @@
+"""Elementwise kernels (binary.rs, unary.rs) on the WASM device against TensorFlow's CPU device.
+
+Tolerances: ops that are one IEEE operation per element (add, mul, div, max,
+relu, floor, casts, comparisons, …) must match exactly; transcendental ones
+(exp, log, tanh, sigmoid, erf, softplus, pow, …) use the C library where TF's
+CPU kernels use Eigen's vectorised approximations, so they are compared with
+rtol=1e-5 and atol=1e-6 (elu/selu/expm1-like ``exp(x) - 1`` cancels near 0,
+hence the absolute part).
+"""
+
+import numpy as np
+import pytest
+
+WASM = "/device:WASM:0"
+CPU = "/device:CPU:0"
+RTOL, ATOL = 1e-5, 1e-6
+
+BINARY_SHAPES = [
+    pytest.param([0, 3], [1, 3], id="empty-broadcast"),
+    pytest.param([1, 1], [1, 1], id="1x1"),
+    pytest.param([7, 13], [7, 13], id="primes"),
+    pytest.param([3, 1, 5], [4, 1], id="broadcast-3d"),
+    pytest.param([], [2, 3], id="scalar-left"),
+    pytest.param([3, 1], [1, 4], id="outer"),
+    pytest.param([301, 257], [257], id="large-row"),
+]
+
+UNARY_SHAPES = [
+    pytest.param([0, 4], id="empty"),
+    pytest.param([], id="scalar"),
+    pytest.param([7, 13], id="primes"),
+    pytest.param([257, 131], id="large"),
+]
+
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 6.0, 20.0, -20.0], np.float32)
+
+
+def data(shape, seed, scale=3.0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def coarse(shape, seed):
+    """Multiples of 0.5, so comparisons often see equal operands."""
+    return (np.round(data(shape, seed) * 2) / 2).astype(np.float32)
+
+
+def on_wasm(tensor):
+    return tensor.device.endswith("WASM:0")
+
+
+@pytest.fixture(params=["eager", "function"])
+def mode(request):
+    return request.param
+
+
+def run(tf, mode, fn, *args):
+    """``fn(*args)`` eagerly (no device scope: the plugin outranks the CPU), or
+    as a tf.function pinned to WASM with soft placement off, so a missing
+    kernel fails instead of quietly running on the CPU."""
+    if mode == "eager":
+        return fn(*args)
+
+    @tf.function
+    def pinned(*inner):
+        with tf.device(WASM):
+            return fn(*inner)
+
+    soft = tf.config.get_soft_device_placement()
+    tf.config.set_soft_device_placement(False)
+    try:
+        return pinned(*args)
+    finally:
+        tf.config.set_soft_device_placement(soft)
+
+
+def compare(tf, mode, fn, arrays, exact=False, rtol=RTOL, atol=ATOL):
+    """Runs ``fn`` on WASM and on the CPU; checks placement, dtype, shape, values."""
+    result = run(tf, mode, fn, *[tf.constant(a) for a in arrays])
+    with tf.device(CPU):
+        expected = fn(*[tf.constant(a) for a in arrays])
+    assert on_wasm(result), f"ran on {result.device}"
+    assert result.dtype == expected.dtype
+    assert tuple(result.shape) == tuple(expected.shape)
+    got, want = result.numpy(), expected.numpy()
+    if exact or got.dtype != np.float32:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    return got
+
+
+# ------------------------------------------------------------------ binary
+
+ARITH = {
+    "Add": True,
+    "AddV2": True,
+    "Sub": True,
+    "Mul": True,
+    "RealDiv": True,
+    "DivNoNan": True,
+    "Maximum": True,
+    "Minimum": True,
+    "Pow": False,
+    "SquaredDifference": True,
+}
+
+
+@pytest.mark.parametrize("op", sorted(ARITH))
+@pytest.mark.parametrize("shape_a,shape_b", BINARY_SHAPES)
+def test_arithmetic(tf, mode, op, shape_a, shape_b):
+    a, b = coarse(shape_a, 1), coarse(shape_b, 2)
+    if op == "Pow":
+        a, b = np.abs(a) + np.float32(0.25), data(shape_b, 2, 1.5)
+    raw = getattr(tf.raw_ops, op)
+    compare(tf, mode, lambda x, y: raw(x=x, y=y), [a, b], exact=ARITH[op])
+
+
+@pytest.mark.parametrize("op", sorted(ARITH))
+def test_arithmetic_special_values(tf, op):
+    a = np.repeat(SPECIAL, SPECIAL.size)
+    b = np.tile(SPECIAL, SPECIAL.size)
+    raw = getattr(tf.raw_ops, op)
+    compare(tf, "eager", lambda x, y: raw(x=x, y=y), [a, b], exact=ARITH[op])
+
+
+def test_incompatible_shapes_are_invalid_argument(tf):
+    with tf.device(WASM):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="Sub"):
+            tf.raw_ops.Sub(x=tf.ones([2, 3]), y=tf.ones([4]))
+
+
+COMPARISONS = ["Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual"]
+
+
+@pytest.mark.parametrize("op", COMPARISONS)
+@pytest.mark.parametrize("shape_a,shape_b", BINARY_SHAPES)
+def test_comparison(tf, mode, op, shape_a, shape_b):
+    a, b = coarse(shape_a, 3), coarse(shape_b, 4)
+    if a.size:
+        a.reshape(-1)[::7] = np.nan
+    raw = getattr(tf.raw_ops, op)
+    got = compare(tf, mode, lambda x, y: raw(x=x, y=y), [a, b])
+    assert got.dtype == np.bool_
+
+
+@pytest.mark.parametrize("op", ["Equal", "NotEqual"])
+def test_int64_equality_runs_on_wasm(tf, mode, op):
+    a = np.array([[3, 1 << 40, -5], [7, 0, 2]], np.int64)
+    b = np.array([3, 1 << 40, 5], np.int64)
+    raw = getattr(tf.raw_ops, op)
+    compare(tf, mode, lambda x, y: raw(x=x, y=y), [a, b])
+
+
+@pytest.mark.parametrize("op,expected", [("Equal", False), ("NotEqual", True)])
+def test_incompatible_shape_error_attribute(tf, op, expected):
+    raw = getattr(tf.raw_ops, op)
+    with tf.device(WASM):
+        result = raw(x=tf.ones([2]), y=tf.ones([3]), incompatible_shape_error=False)
+        assert on_wasm(result)
+        assert result.shape == () and bool(result.numpy()) is expected
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            raw(x=tf.ones([2]), y=tf.ones([3]), incompatible_shape_error=True)
+
+
+@pytest.mark.parametrize("op", ["LogicalAnd", "LogicalOr"])
+@pytest.mark.parametrize("shape_a,shape_b", BINARY_SHAPES)
+def test_logical(tf, mode, op, shape_a, shape_b):
+    a, b = data(shape_a, 5) > 0, data(shape_b, 6) > 0
+    raw = getattr(tf.raw_ops, op)
+    compare(tf, mode, lambda x, y: raw(x=x, y=y), [a, b])
+
+
+def test_logical_not(tf, mode):
+    compare(tf, mode, lambda x: tf.raw_ops.LogicalNot(x=x), [data([7, 13], 7) > 0])
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        ([], [], []),
+        ([7, 13], [7, 13], [7, 13]),
+        ([7, 1], [1, 13], []),
+        ([3, 1, 5], [4, 1], [1, 4, 5]),
+        ([0, 3], [1, 3], []),
+        ([301, 1], [301, 257], [257]),
+    ],
+    ids=["scalars", "same", "three-way", "3d", "empty", "large"],
+)
+def test_select_v2(tf, mode, shapes):
+    c, t, e = data(shapes[0], 8) > 0.5, data(shapes[1], 9), data(shapes[2], 10)
+    compare(tf, mode, lambda c, t, e: tf.raw_ops.SelectV2(condition=c, t=t, e=e), [c, t, e], exact=True)
+
+
+def test_select_v2_incompatible(tf):
+    with tf.device(WASM):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="broadcastable"):
+            tf.raw_ops.SelectV2(condition=tf.ones([2, 3], tf.bool), t=tf.ones([4]), e=tf.constant(1.0))
+
+
+# ------------------------------------------------------------------- unary
+
+# op → (input transform, exact)
+UNARY = {
+    "Neg": (None, True),
+    "Abs": (None, True),
+    "Exp": (None, False),
+    "Log": (np.abs, False),
+    "Log1p": (lambda x: np.abs(x) - np.float32(0.5), False),
+    "Sqrt": (np.abs, True),
+    "Rsqrt": (np.abs, False),
+    "Square": (None, True),
+    "Reciprocal": (None, False),
+    "Inv": (None, False),
+    "Tanh": (None, False),
+    "Sigmoid": (None, False),
+    "Relu": (None, True),
+    "Relu6": (lambda x: x * np.float32(3), True),
+    "Elu": (None, False),
+    "Selu": (None, False),
+    "Softplus": (lambda x: x * np.float32(6), False),
+    "Softsign": (None, True),
+    "Erf": (None, False),
+    "Sign": (None, True),
+    "Floor": (None, True),
+    "Ceil": (None, True),
+    "Round": (lambda x: np.round(x * 2) / 2, True),
+    "ZerosLike": (None, True),
+    "OnesLike": (None, True),
+}
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+@pytest.mark.parametrize("shape", UNARY_SHAPES)
+def test_unary(tf, mode, op, shape):
+    transform, exact = UNARY[op]
+    x = data(shape, 11)
+    if transform is not None:
+        x = transform(x).astype(np.float32)
+    raw = getattr(tf.raw_ops, op)
+    compare(tf, mode, lambda v: raw(x=v) if op not in ("Relu", "Relu6", "Elu", "Selu", "Softplus", "Softsign") else raw(features=v), [x], exact=exact)
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_unary_special_values(tf, op):
+    _, exact = UNARY[op]
+    raw = getattr(tf.raw_ops, op)
+    fn = (lambda v: raw(features=v)) if op in ("Relu", "Relu6", "Elu", "Selu", "Softplus", "Softsign") else (lambda v: raw(x=v))
+    got = compare(tf, "eager", fn, [SPECIAL], exact=exact)
+    if op in ("Relu", "Relu6"):
+        # -0 stays -0, as in TensorFlow.
+        assert np.signbit(got[4])
+
+
+@pytest.mark.parametrize("alpha", [0.2, 0.01, 1.5])
+def test_leaky_relu(tf, mode, alpha):
+    x = np.concatenate([data([300, 131], 12).ravel(), SPECIAL])
+    compare(tf, mode, lambda v: tf.raw_ops.LeakyRelu(features=v, alpha=alpha), [x], exact=True)
+    g = data(x.shape, 13)
+    compare(tf, mode, lambda a, b: tf.raw_ops.LeakyReluGrad(gradients=a, features=b, alpha=alpha), [g, x], exact=True)
+
+
+@pytest.mark.parametrize("op", ["IsNan", "IsFinite"])
+def test_predicates(tf, mode, op):
+    x = np.concatenate([data([50], 14), SPECIAL])
+    raw = getattr(tf.raw_ops, op)
+    compare(tf, mode, lambda v: raw(x=v), [x])
+
+
+# activation gradients: op → (argument names, transform of the second input, exact)
+GRADS = {
+    "ReluGrad": (("gradients", "features"), None, True),
+    "Relu6Grad": (("gradients", "features"), lambda x: x * np.float32(3), True),
+    "EluGrad": (("gradients", "outputs"), None, True),
+    "SeluGrad": (("gradients", "outputs"), None, True),
+    "SoftplusGrad": (("gradients", "features"), None, False),
+    "SoftsignGrad": (("gradients", "features"), None, True),
+    "TanhGrad": (("y", "dy"), None, True),
+    "SigmoidGrad": (("y", "dy"), None, True),
+    "RsqrtGrad": (("y", "dy"), None, False),
+    "SqrtGrad": (("y", "dy"), None, False),
+    "ReciprocalGrad": (("y", "dy"), None, False),
+    "InvGrad": (("y", "dy"), None, False),
+}
+
+
+@pytest.mark.parametrize("op", sorted(GRADS))
+@pytest.mark.parametrize("shape", UNARY_SHAPES)
+def test_gradient_ops(tf, mode, op, shape):
+    (first, second), transform, exact = GRADS[op]
+    a, b = data(shape, 15), data(shape, 16)
+    if transform is not None:
+        b = transform(b).astype(np.float32)
+    if b.size > 3:
+        b.reshape(-1)[:3] = [0.0, 6.0, -0.0]
+    raw = getattr(tf.raw_ops, op)
+    compare(tf, mode, lambda x, y: raw(**{first: x, second: y}), [a, b], exact=exact)
+
+
+def test_gradient_op_shape_checks(tf):
+    with tf.device(WASM):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="same size and shape"):
+            tf.raw_ops.ReluGrad(gradients=tf.ones([2, 3]), features=tf.ones([6]))
+        # The cwise gradients only need equal element counts (as on the CPU).
+        result = tf.raw_ops.TanhGrad(y=tf.ones([2, 3]), dy=tf.ones([6]))
+        assert on_wasm(result) and result.shape == (2, 3)
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            tf.raw_ops.TanhGrad(y=tf.ones([2, 3]), dy=tf.ones([4]))
+
+
+# -------------------------------------------------------------------- Cast
+
+CAST_INPUTS = {
+    "float32": np.concatenate([data([300, 111], 17).ravel() * 1000, SPECIAL, np.array([3e9, -3e9, 1e20, 2.7, -2.7], np.float32)]),
+    "int32": np.array([0, 1, -7, 16_777_217, -(2**31), 2**31 - 1], np.int32),
+    "int64": np.array([0, 1, -7, 2**53 + 1, -(2**40) - 3, 2**62], np.int64),
+    "bool": np.array([True, False, True, True], np.bool_),
+}
+CASTS = [("float32", "float32"), ("int32", "float32"), ("int64", "float32"), ("bool", "float32"),
+         ("float32", "int32"), ("float32", "int64"), ("float32", "bool")]
+
+
+@pytest.mark.parametrize("src,dst", CASTS, ids=[f"{s}-{d}" for s, d in CASTS])
+def test_cast(tf, mode, src, dst):
+    x = CAST_INPUTS[src]
+    compare(tf, mode, lambda v: tf.cast(v, getattr(tf, dst)), [x])
+
+
+# -------------------------------------------------------------- gradients
+
+ACTIVATIONS = {
+    "relu": lambda tf: tf.nn.relu,
+    "relu6": lambda tf: tf.nn.relu6,
+    "elu": lambda tf: tf.nn.elu,
+    "selu": lambda tf: tf.nn.selu,
+    "softplus": lambda tf: tf.nn.softplus,
+    "softsign": lambda tf: tf.nn.softsign,
+    "tanh": lambda tf: tf.math.tanh,
+    "sigmoid": lambda tf: tf.math.sigmoid,
+    "leaky_relu": lambda tf: (lambda x: tf.nn.leaky_relu(x, alpha=0.3)),
+    "sqrt": lambda tf: (lambda x: tf.math.sqrt(tf.math.abs(x) + 0.1)),
+    "rsqrt": lambda tf: (lambda x: tf.math.rsqrt(tf.math.abs(x) + 0.1)),
+    "reciprocal": lambda tf: (lambda x: tf.math.reciprocal(x + 10.0)),
+    "square": lambda tf: tf.math.square,
+    "exp": lambda tf: tf.math.exp,
+    "maximum": lambda tf: (lambda x: tf.maximum(x, 0.5)),
+    "where": lambda tf: (lambda x: tf.where(x > 0, x * 2.0, x * x)),
+}
+
+
+def gradient(tf, fn, x):
+    v = tf.Variable(x)
+    with tf.GradientTape() as tape:
+        y = tf.reduce_sum(fn(v) * tf.constant(np.linspace(-1, 1, x.size, dtype=np.float32).reshape(x.shape)))
+    return tape.gradient(y, v)
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activation_gradients_match_cpu(tf, name):
+    fn = ACTIVATIONS[name](tf)
+    x = data([37, 19], 18)
+    with tf.device(WASM):
+        got = gradient(tf, fn, x)
+    with tf.device(CPU):
+        want = gradient(tf, fn, x)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "pow", "sqdiff"])
+def test_broadcast_binary_gradients_match_cpu(tf, op):
+    fn = {
+        "add": lambda a, b: a + b,
+        "sub": lambda a, b: a - b,
+        "mul": lambda a, b: a * b,
+        "div": lambda a, b: a / (b * b + 1.0),
+        "pow": lambda a, b: tf.pow(tf.abs(a) + 0.5, b),
+        "sqdiff": lambda a, b: tf.math.squared_difference(a, b),
+    }[op]
+    a, b = data([13, 7], 19), data([7], 20)
+
+    def grads():
+        va, vb = tf.Variable(a), tf.Variable(b)
+        with tf.GradientTape() as tape:
+            y = tf.reduce_sum(fn(va, vb))
+        return [g.numpy() for g in tape.gradient(y, [va, vb])]
+
+    with tf.device(WASM):
+        got = grads()
+    with tf.device(CPU):
+        want = grads()
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
