@@ -35,7 +35,7 @@ import numpy as np
 EXACT = (0.0, 0.0)
 ELEMENTWISE = (1e-5, 1e-6)
 TRANSCENDENTAL = (2e-5, 1e-6)
-REDUCTION = (1e-5, 1e-5)
+REDUCTION = (1e-5, 1e-4)  # sums that cancel lose relative precision
 PRODUCT = (1e-4, 1e-4)  # matmul, convolution: summation order differs from oneDNN
 
 
@@ -299,13 +299,17 @@ def conv_output_shape(tf, i, f, s, p, d):
         return tuple(tf.raw_ops.Conv2D(input=np.zeros(i, np.float32), filter=np.zeros(f, np.float32), strides=s, padding=p, dilations=d).shape)
 
 
+# TensorFlow's CPU backprops reject dilations > 1, so they have no reference there.
+BACKPROP_CASES = [c for c in CONV_CASES if c[4] == [1, 1, 1, 1]]
+
+
 def conv_input_grad_cases(tf, rng):
     return [
         Case({
             "input_sizes": np.array(i, np.int32), "filter": f32(rng, f),
             "out_backprop": f32(rng, conv_output_shape(tf, i, f, s, p, d)), "strides": s, "padding": p, "dilations": d,
         })
-        for i, f, s, p, d in CONV_CASES
+        for i, f, s, p, d in BACKPROP_CASES
     ]
 
 
@@ -315,7 +319,7 @@ def conv_filter_grad_cases(tf, rng):
             "input": f32(rng, i), "filter_sizes": np.array(f, np.int32),
             "out_backprop": f32(rng, conv_output_shape(tf, i, f, s, p, d)), "strides": s, "padding": p, "dilations": d,
         })
-        for i, f, s, p, d in CONV_CASES
+        for i, f, s, p, d in BACKPROP_CASES
     ]
 
 
@@ -369,7 +373,9 @@ def batch_norm_cases(tf, rng):
                     "mean": f32(rng, (c,)) if not training or factor != 1.0 else np.zeros(0 if factor == 1.0 else c, np.float32),
                     "variance": f32(rng, (c,), 0.5, 2) if not training or factor != 1.0 else np.zeros(0 if factor == 1.0 else c, np.float32),
                     "epsilon": 1e-3, "exponential_avg_factor": factor, "is_training": training,
-                }, compare=(0, 1, 2, 3, 4)))
+                # In inference mode TensorFlow leaves the statistics outputs
+                # unspecified; reserve spaces are checked through the gradient op.
+                }, compare=(0, 1, 2) if training else (0,)))
     return out
 
 
@@ -399,7 +405,7 @@ def transpose_cases(tf, rng):
 
 
 def concat_cases(tf, rng):
-    cases = [([(2, 3), (2, 5)], 1), ([(2, 3), (4, 3), (0, 3)], 0), ([(2, 3, 5), (2, 1, 5)], -2), ([(1, 1)], 0), ([(7, 13), (7, 13), (7, 13)], 1)]
+    cases = [([(2, 3), (2, 5)], 1), ([(2, 3), (4, 3), (0, 3)], 0), ([(2, 3, 5), (2, 1, 5)], -2), ([(1, 1), (1, 1)], 0), ([(7, 13), (7, 13), (7, 13)], 1)]
     return [Case({"values": [f32(rng, s) for s in shapes], "axis": np.int32(axis)}) for shapes, axis in cases]
 
 
@@ -504,6 +510,17 @@ def key_counter_cases(tf, rng):
     return [Case({"seed": np.array(s, t)}) for s in ([1, 2], [0, 0], [-5, 2**31 - 1]) for t in (np.int32, np.int64)]
 
 
+def key_counter_alg_cases(tf, rng):
+    return [Case({"seed": np.array(s, t)}) for s in ([1, 2], [-5, 2**31 - 1]) for t in (np.int32, np.int64)]
+
+
+def random_v1_cases(tf, rng):
+    return [
+        Case({"shape": np.array(shape, np.int32), "seed": np.array(seed, t), "dtype": tf.float32})
+        for shape in ([0], [7], [3, 5], [1001]) for seed in ([1, 2], [42, -7]) for t in (np.int32, np.int64)
+    ]
+
+
 def random_v2_cases(tf, rng):
     out = []
     for shape in ([0], [1], [7], [3, 5], [2, 3, 4], [1001]):
@@ -549,6 +566,8 @@ SPECS: dict[str, Spec] = {
     "RsqrtGrad": Spec(y_dy((0.1, 3.0))),
     "SqrtGrad": Spec(y_dy((0.1, 3.0))),
     "ReciprocalGrad": Spec(y_dy((0.1, 3.0))),
+    "InvGrad": Spec(y_dy((0.1, 3.0))),
+    "SoftsignGrad": Spec(grad_pair("gradients", "features")),
     # unary
     "Neg": Spec(unary()),
     "Abs": Spec(unary()),
@@ -626,8 +645,13 @@ SPECS: dict[str, Spec] = {
     "BroadcastTo": Spec(broadcast_to_cases, EXACT),
     "Squeeze": Spec(squeeze_cases, EXACT),
     "ExpandDims": Spec(expand_dims_cases, EXACT),
+    "Snapshot": Spec(lambda tf, rng: [Case({"input": f32(rng, s)}) for s in UNARY_SHAPES], EXACT),
     # stateless random: bit-identical to the CPU
     "StatelessRandomGetKeyCounter": Spec(key_counter_cases, EXACT),
+    "StatelessRandomGetKeyCounterAlg": Spec(key_counter_alg_cases, EXACT),
+    "StatelessRandomUniform": Spec(random_v1_cases, EXACT),
+    "StatelessRandomNormal": Spec(random_v1_cases, EXACT),
+    "StatelessTruncatedNormal": Spec(random_v1_cases, EXACT),
     "StatelessRandomUniformV2": Spec(random_v2_cases, EXACT),
     "StatelessRandomNormalV2": Spec(random_v2_cases, EXACT),
     "StatelessTruncatedNormalV2": Spec(random_v2_cases, EXACT),
