@@ -11,6 +11,10 @@ per op type:
   and the one-node functions eager ops run in);
 * ``eager runs``: eager executions per device.
 
+Nodes of tf.data input-pipeline functions (instantiated when a dataset
+iterator is created: TensorFlow always runs them on the host CPU, whatever
+devices exist) are counted apart, as ``pipeline``, and not in the share.
+
 Then a summary: the share of compute nodes on WASM. Compute nodes are all
 nodes except the bookkeeping ones that carry no arithmetic (function
 arguments and results, constants, identities, no-ops, variable handles and
@@ -41,9 +45,14 @@ NOT_COMPUTE = frozenset(
     PartitionedCall StatefulPartitionedCall While StatelessWhile If StatelessIf Case
     Switch Merge Enter Exit NextIteration LoopCond ControlTrigger
     IteratorGetNext IteratorGetNextAsOptional OptionalHasValue OptionalGetValue OptionalNone
-    IteratorV2 AnonymousIteratorV3 MakeIterator DeleteIterator
+    IteratorV2 AnonymousIteratorV3 MakeIterator DeleteIterator OptionalFromValue
     """.split()
 )
+
+
+def is_not_compute(op: str) -> bool:
+    # Dataset ops build tf.data pipelines (host objects), they compute nothing.
+    return op in NOT_COMPUTE or op.endswith("Dataset") or "DatasetV" in op
 
 # "name: (Op): /job:localhost/replica:0/task:0/device:WASM:0" (placer, stdout and the log)
 PLACED = re.compile(r"^(?:.*placer\.cc:\d+\] )?(?P<node>[^\s()]+): \((?P<op>[A-Za-z0-9_]+)\): (?P<device>/job:\S+)$")
@@ -58,10 +67,19 @@ def short_device(device: str) -> str:
     return device.rsplit("/device:", 1)[-1]
 
 
+def is_pipeline_op(op: str) -> bool:
+    """Ops whose execution instantiates tf.data functions."""
+    return op in ("MakeIterator", "AnonymousIteratorV3", "AnonymousIteratorV2", "IteratorV2") or "Dataset" in op
+
+
 @dataclass
 class Coverage:
     nodes: Counter = field(default_factory=Counter)  # (op, device) → nodes placed
     eager: Counter = field(default_factory=Counter)  # (op, device) → eager executions
+    pipeline: Counter = field(default_factory=Counter)  # (op, device) → tf.data function nodes
+    # True between the execution of an iterator-creating op and the next execution:
+    # the graphs placed then are the dataset's functions.
+    in_pipeline: bool = False
 
     def feed(self, line: str) -> bool:
         """Records a placement-log line; False if the line is not one."""
@@ -69,6 +87,7 @@ class Coverage:
         m = EXECUTED.search(line)
         if m:
             op = m.group("op")
+            self.in_pipeline = is_pipeline_op(op)
             # A call of a tf.function; its nodes are counted where placed.
             if not op.startswith("__inference_"):
                 self.eager[(op, short_device(m.group("device")))] += 1
@@ -77,26 +96,27 @@ class Coverage:
         if m:
             if "placer.cc" in line:
                 # The same placement is printed to stdout and logged; count the log line only.
-                self.nodes[(m.group("op"), short_device(m.group("device")))] += 1
+                key = (m.group("op"), short_device(m.group("device")))
+                (self.pipeline if self.in_pipeline else self.nodes)[key] += 1
             return True
         return False
 
     def ops(self, include_all: bool) -> list[str]:
         names = {op for op, _ in self.nodes} | {op for op, _ in self.eager}
-        return sorted(n for n in names if include_all or n not in NOT_COMPUTE)
+        return sorted(n for n in names if include_all or not is_not_compute(n))
 
     def devices(self) -> list[str]:
         return sorted({d for _, d in self.nodes} | {d for _, d in self.eager})
 
     def compute_nodes(self, device_type: str) -> tuple[int, int]:
         """(compute nodes on ``device_type``, all compute nodes)."""
-        on = sum(n for (op, d), n in self.nodes.items() if op not in NOT_COMPUTE and d.split(":")[0] == device_type)
-        total = sum(n for (op, _), n in self.nodes.items() if op not in NOT_COMPUTE)
+        on = sum(n for (op, d), n in self.nodes.items() if not is_not_compute(op) and d.split(":")[0] == device_type)
+        total = sum(n for (op, _), n in self.nodes.items() if not is_not_compute(op))
         return on, total
 
     def fallbacks(self, device_type: str) -> list[str]:
         """Compute ops placed on some other device at least once."""
-        return sorted({op for (op, d) in list(self.nodes) + list(self.eager) if op not in NOT_COMPUTE and d.split(":")[0] != device_type})
+        return sorted({op for (op, d) in list(self.nodes) + list(self.eager) if not is_not_compute(op) and d.split(":")[0] != device_type})
 
     def report(self, device_type: str, include_all: bool = False) -> str:
         devices = self.devices()
@@ -115,6 +135,9 @@ class Coverage:
         lines.append(f"compute nodes on {device_type}: {on} of {total} ({share})")
         fallbacks = self.fallbacks(device_type)
         lines.append(f"ops that ran elsewhere: {', '.join(fallbacks) if fallbacks else 'none'}")
+        pipeline = sum(self.pipeline.values())
+        if pipeline:
+            lines.append(f"tf.data input-pipeline nodes (always on the host, not counted above): {pipeline}")
         return "\n".join(lines)
 
     def to_json(self, device_type: str) -> dict:
@@ -123,6 +146,7 @@ class Coverage:
             "device_type": device_type,
             "nodes": [{"op": op, "device": d, "count": n} for (op, d), n in sorted(self.nodes.items())],
             "eager": [{"op": op, "device": d, "count": n} for (op, d), n in sorted(self.eager.items())],
+            "pipeline": [{"op": op, "device": d, "count": n} for (op, d), n in sorted(self.pipeline.items())],
             "compute_nodes_on_device": on,
             "compute_nodes": total,
             "fallbacks": self.fallbacks(device_type),
