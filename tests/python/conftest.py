@@ -128,3 +128,9 @@ def tf():
     devices = tensorflow.config.list_physical_devices("WASM")
     assert devices, "the tfwasm plugin registered no WASM device (see the stderr of this test run)"
     return tensorflow
+
+
+@pytest.fixture(params=["eager", "function"])
+def mode(request):
+    """Each op test runs eagerly and inside a tf.function (see ``run_on_wasm``)."""
+    return request.param

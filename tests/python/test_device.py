@@ -5,7 +5,9 @@ import threading
 import numpy as np
 import pytest
 
-WASM = "/device:WASM:0"
+from tfwasm_support import WASM, on_wasm, run_on_wasm
+from tfwasm_support import random_data as data
+
 
 BINARY_SHAPES = [
     pytest.param([0, 3], [0, 3], id="empty"),
@@ -30,43 +32,8 @@ MATMUL_SHAPES = [
 ]
 
 
-def data(shape, seed):
-    """Values with both signs and fractional parts, so a wrong kernel shows."""
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(shape) * 3).astype(np.float32)
-
-
-def on_wasm(tensor):
-    return tensor.device.endswith("WASM:0")
-
-
-@pytest.fixture(params=["eager", "function"])
-def mode(request):
-    return request.param
-
-
 def run(tf, mode, fn, *args):
-    """Calls ``fn`` eagerly, or as a tf.function placed on the device.
-
-    A function's output tensor reports the device of the call, not of the ops
-    inside, so in function mode the ops are pinned to the WASM device with
-    soft placement off: without a WASM kernel the placer then fails loudly
-    instead of quietly running them on the CPU.
-    """
-    if mode == "eager":
-        return fn(*args)
-
-    @tf.function
-    def pinned(*inner):
-        with tf.device(WASM):
-            return fn(*inner)
-
-    soft = tf.config.get_soft_device_placement()
-    tf.config.set_soft_device_placement(False)
-    try:
-        return pinned(*args)
-    finally:
-        tf.config.set_soft_device_placement(soft)
+    return run_on_wasm(tf, mode, fn, *args)
 
 
 # --------------------------------------------------------------- listing

@@ -12,41 +12,15 @@ and its gradient routing are exact).
 import numpy as np
 import pytest
 
-WASM = "/device:WASM:0"
+from tfwasm_support import WASM, on_wasm, run_on_wasm
+from tfwasm_support import random_data as data
+
 CPU = "/CPU:0"
-
-
-def data(shape, seed, scale=3.0):
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-def on_wasm(tensor):
-    return tensor.device.endswith("WASM:0")
-
-
-@pytest.fixture(params=["eager", "function"])
-def mode(request):
-    return request.param
 
 
 def run(tf, mode, fn, *args):
     """``fn(*args)`` on the WASM device, eagerly or as a pinned tf.function."""
-    if mode == "eager":
-        with tf.device(WASM):
-            return fn(*args)
-
-    @tf.function
-    def pinned(*inner):
-        with tf.device(WASM):
-            return fn(*inner)
-
-    soft = tf.config.get_soft_device_placement()
-    tf.config.set_soft_device_placement(False)
-    try:
-        return pinned(*args)
-    finally:
-        tf.config.set_soft_device_placement(soft)
+    return run_on_wasm(tf, mode, fn, *args, scope_eager=True)
 
 
 def on_cpu(tf, fn, *args):

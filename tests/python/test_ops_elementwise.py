@@ -11,7 +11,9 @@ hence the absolute part).
 import numpy as np
 import pytest
 
-WASM = "/device:WASM:0"
+from tfwasm_support import WASM, on_wasm, run_on_wasm
+from tfwasm_support import random_data as data
+
 CPU = "/device:CPU:0"
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -35,43 +37,13 @@ UNARY_SHAPES = [
 SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 6.0, 20.0, -20.0], np.float32)
 
 
-def data(shape, seed, scale=3.0):
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
 def coarse(shape, seed):
     """Multiples of 0.5, so comparisons often see equal operands."""
     return (np.round(data(shape, seed) * 2) / 2).astype(np.float32)
 
 
-def on_wasm(tensor):
-    return tensor.device.endswith("WASM:0")
-
-
-@pytest.fixture(params=["eager", "function"])
-def mode(request):
-    return request.param
-
-
 def run(tf, mode, fn, *args):
-    """``fn(*args)`` eagerly (no device scope: the plugin outranks the CPU), or
-    as a tf.function pinned to WASM with soft placement off, so a missing
-    kernel fails instead of quietly running on the CPU."""
-    if mode == "eager":
-        return fn(*args)
-
-    @tf.function
-    def pinned(*inner):
-        with tf.device(WASM):
-            return fn(*inner)
-
-    soft = tf.config.get_soft_device_placement()
-    tf.config.set_soft_device_placement(False)
-    try:
-        return pinned(*args)
-    finally:
-        tf.config.set_soft_device_placement(soft)
+    return run_on_wasm(tf, mode, fn, *args)
 
 
 def compare(tf, mode, fn, arrays, exact=False, rtol=RTOL, atol=ATOL):

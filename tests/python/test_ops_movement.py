@@ -9,42 +9,19 @@ initializers and dropout masks reproducible across devices.
 import numpy as np
 import pytest
 
-WASM = "/device:WASM:0"
+from tfwasm_support import WASM, on_wasm, run_on_wasm
+from tfwasm_support import random_data as data
+
 CPU = "/CPU:0"
-
-
-def data(shape, seed):
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(shape) * 3).astype(np.float32)
-
-
-def on_wasm(tensor):
-    return tensor.device.endswith("WASM:0")
-
-
-@pytest.fixture(params=["eager", "function"])
-def mode(request):
-    return request.param
 
 
 def on_device(tf, mode, fn, *args):
     """``fn(*args)`` with every op pinned to WASM (soft placement off in
     function mode, so a missing WASM kernel fails instead of falling back)."""
     if mode == "eager":
-        with tf.device(WASM):
-            return fn(*[tf.constant(a) for a in args])
-
-    @tf.function
-    def pinned(*inner):
-        with tf.device(WASM):
-            return fn(*inner)
-
-    soft = tf.config.get_soft_device_placement()
-    tf.config.set_soft_device_placement(False)
-    try:
-        return pinned(*args)
-    finally:
-        tf.config.set_soft_device_placement(soft)
+        # The inputs are made inside the device scope too.
+        return run_on_wasm(tf, mode, lambda *a: fn(*[tf.constant(x) for x in a]), *args, scope_eager=True)
+    return run_on_wasm(tf, mode, fn, *args)
 
 
 def on_cpu(tf, fn, *args, mode="eager"):

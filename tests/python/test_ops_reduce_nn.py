@@ -9,39 +9,13 @@ ArgMax/ArgMin, BiasAdd and All/Any must match exactly.
 import numpy as np
 import pytest
 
-WASM = "/device:WASM:0"
+from tfwasm_support import WASM, on_wasm, run_on_wasm
+from tfwasm_support import random_data as data
 
-
-def data(shape, seed, scale=3.0):
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-def on_wasm(tensor):
-    return tensor.device.endswith("WASM:0")
-
-
-@pytest.fixture(params=["eager", "function"])
-def mode(request):
-    return request.param
 
 
 def run(tf, mode, fn, *args):
-    """``fn(*args)`` eagerly, or in a tf.function pinned to WASM with soft placement off."""
-    if mode == "eager":
-        return fn(*args)
-
-    @tf.function
-    def pinned(*inner):
-        with tf.device(WASM):
-            return fn(*inner)
-
-    soft = tf.config.get_soft_device_placement()
-    tf.config.set_soft_device_placement(False)
-    try:
-        return pinned(*args)
-    finally:
-        tf.config.set_soft_device_placement(soft)
+    return run_on_wasm(tf, mode, fn, *args)
 
 
 def on_cpu(tf, fn, *args):

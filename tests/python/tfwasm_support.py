@@ -226,6 +226,52 @@ def subprocess_env(extra: dict | None = None, policy_path: Path | None = None) -
 
 
 
+# ------------------------------------------------------ in-process op tests
+
+WASM = "/device:WASM:0"
+
+
+def random_data(shape, seed, scale=3.0):
+    """float32 values with both signs and fractional parts, so a wrong kernel shows."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def on_wasm(tensor) -> bool:
+    return tensor.device.endswith("WASM:0")
+
+
+def run_on_wasm(tf, mode, fn, *args, scope_eager=False):
+    """Calls ``fn(*args)`` eagerly (inside ``tf.device(WASM)`` if
+    ``scope_eager``; without a scope the plugin still outranks the CPU), or,
+    in ``mode == "function"``, as a tf.function whose ops are pinned to the
+    WASM device with soft placement off.
+
+    A function's output tensor reports the device of the call, not of the ops
+    inside, so pinning with soft placement off is what makes a missing WASM
+    kernel fail loudly instead of quietly running on the CPU.
+    """
+    if mode == "eager":
+        if scope_eager:
+            with tf.device(WASM):
+                return fn(*args)
+        return fn(*args)
+
+    @tf.function
+    def pinned(*inner):
+        with tf.device(WASM):
+            return fn(*inner)
+
+    soft = tf.config.get_soft_device_placement()
+    tf.config.set_soft_device_placement(False)
+    try:
+        return pinned(*args)
+    finally:
+        tf.config.set_soft_device_placement(soft)
+
+
 # Prepended to every ``run_tf`` script (unless ``prelude=False``).
 SCRIPT_PRELUDE = """\
 import sys
