@@ -59,6 +59,14 @@ pub struct DeviceSection {
     pub count: u32,
     #[serde(default = "DeviceSection::default_memory")]
     pub memory_bytes: u64,
+    /// Bytes of freed blocks the host may keep and hand out again for an
+    /// allocation of exactly the same size, without asking the guest (it
+    /// placed the block and still counts it as live). 0 turns this off:
+    /// then every allocation and free is a guest call. Kept blocks go back
+    /// to the guest before it is asked for memory it reports it lacks, and
+    /// before a usage report.
+    #[serde(default)]
+    pub recycle_bytes: u64,
 }
 
 impl DeviceSection {
@@ -72,7 +80,7 @@ impl DeviceSection {
 
 impl Default for DeviceSection {
     fn default() -> Self {
-        DeviceSection { count: Self::default_count(), memory_bytes: Self::default_memory() }
+        DeviceSection { count: Self::default_count(), memory_bytes: Self::default_memory(), recycle_bytes: 0 }
     }
 }
 
@@ -133,6 +141,12 @@ impl Policy {
                 self.device.memory_bytes
             ));
         }
+        if self.device.recycle_bytes > self.device.memory_bytes {
+            return Err(format!(
+                "device.recycle-bytes = {} exceeds device.memory-bytes = {}",
+                self.device.recycle_bytes, self.device.memory_bytes
+            ));
+        }
         if self.limits.call_deadline_ms == 0 {
             return Err("limits.call-deadline-ms must be at least 1".into());
         }
@@ -178,6 +192,7 @@ mod tests {
         let policy = Policy::load(&path).unwrap();
         assert_eq!(policy.guest.name, "reference-device");
         assert_eq!(policy.device.count, 1);
+        assert!(policy.device.recycle_bytes > 0, "the shipped policy recycles freed blocks");
         assert!(policy.guest.path.ends_with("reference_device.wasm"));
         assert!(policy.capabilities.preopens.is_empty());
         assert!(!policy.capabilities.stderr);
@@ -204,5 +219,8 @@ mod tests {
         p.resolve_paths(Path::new("/"));
         assert!(p.validate().unwrap_err().contains("memory-bytes"));
         assert!(toml::from_str::<Policy>("[guest]\nname='x'\npath='x'\nsurprise=1\n").is_err());
+        let greedy = "[guest]\nname='x'\npath='x.wasm'\n[device]\nmemory-bytes=16777216\nrecycle-bytes=16777217\n";
+        let p: Policy = toml::from_str(greedy).unwrap();
+        assert!(p.validate().unwrap_err().contains("recycle-bytes"));
     }
 }

@@ -227,3 +227,71 @@ fn compiled_guests_are_cached_by_content_and_engine() {
     assert_ne!(cache::entry(&dir, engine().unwrap(), &other), entry);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+// ------------------------------------------------------------- recycling
+
+fn recycling_device(name: &str, path: std::path::PathBuf, memory: u64, options: &[(&str, &str)]) -> Arc<tfwasm::device::Device> {
+    let mut policy = policy(name, path, memory, options);
+    policy.device.recycle_bytes = memory;
+    device(&policy)
+}
+
+#[test]
+fn a_kept_block_is_reused_without_asking_the_guest() {
+    // The hostile guest traps on every allocate after the first, so any
+    // allocation after that which succeeds was served by the host.
+    let device = recycling_device("hostile-device", hostile_guest(), 16 << 20, &[("mode", "trap-on-allocate"), ("after", "1")]);
+    let first = device.allocate(1000).unwrap();
+    device.deallocate(first).unwrap();
+    assert_eq!(device.recycled_bytes(), 1000);
+    for _ in 0..3 {
+        let again = device.allocate(1000).expect("the kept block is handed out again");
+        assert_eq!(again, first);
+        assert_eq!(device.recycled_bytes(), 0);
+        device.deallocate(again).unwrap();
+    }
+    assert_eq!(device.replacements(), 0, "the guest was never asked again");
+    // Another size is the guest's decision: it traps, as configured.
+    let err = device.allocate(999).unwrap_err();
+    assert!(matches!(err, Error::GuestTrap { .. }), "{err}");
+}
+
+#[test]
+fn kept_blocks_go_back_to_the_guest_when_it_is_full() {
+    let device = recycling_device("reference-device", reference_guest(), 4 << 20, &[]);
+    let a = device.allocate(3 << 20).unwrap();
+    device.deallocate(a).unwrap();
+    assert_eq!(device.recycled_bytes(), 3 << 20);
+    // Only 1 MiB is free in the guest's view until the kept block returns.
+    let b = device.allocate(2 << 20).expect("the kept 3 MiB go back to the guest, which then has room");
+    assert_eq!(device.recycled_bytes(), 0);
+    device.deallocate(b).unwrap();
+    let err = device.allocate(5 << 20).unwrap_err();
+    assert!(matches!(err, Error::OutOfMemory { .. }), "{err}");
+}
+
+#[test]
+fn usage_reports_kept_blocks_as_free() {
+    let device = recycling_device("reference-device", reference_guest(), 8 << 20, &[]);
+    let blocks: Vec<_> = [4096u64, 4096, 12345].iter().map(|&size| device.allocate(size).unwrap()).collect();
+    for &p in &blocks {
+        device.deallocate(p).unwrap();
+    }
+    let usage = device.usage().unwrap();
+    assert_eq!(usage.bytes_in_use, 0);
+    assert_eq!(usage.largest_free_block, 8 << 20);
+    assert_eq!(device.arena().bytes_in_use(), 0);
+}
+
+#[test]
+fn a_second_free_of_a_kept_block_is_an_error() {
+    let device = recycling_device("reference-device", reference_guest(), 8 << 20, &[]);
+    let p = device.allocate(64).unwrap();
+    device.deallocate(p).unwrap();
+    let err = device.deallocate(p).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(ref m) if m.contains("freed twice")), "{err}");
+    // The block is kept once, so it is handed out once.
+    let q = device.allocate(64).unwrap();
+    let r = device.allocate(64).unwrap();
+    assert_ne!(q, r);
+}

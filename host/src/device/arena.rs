@@ -131,6 +131,12 @@ impl DeviceArena {
         }
     }
 
+    /// `(offset, size)` of the live allocation that starts at `ptr`.
+    pub fn lookup(&self, ptr: *const u8) -> Option<(u64, u64)> {
+        let offset = self.offset_of(ptr)?;
+        self.live.lock().get(&offset).map(|&size| (offset, size))
+    }
+
     /// The offset of `ptr` if it points into the region.
     pub fn offset_of(&self, ptr: *const u8) -> Option<u64> {
         let base = self.base.as_ptr() as usize;
@@ -190,7 +196,10 @@ mod tests {
         // A block that ends exactly where the next one starts does not overlap.
         arena.commit(192, 64).unwrap();
         assert_eq!(arena.bytes_in_use(), 256);
+        assert_eq!(arena.lookup(p), Some((0, 128)));
+        assert_eq!(arena.lookup(p.wrapping_add(64)), None, "only block starts are allocations");
         assert_eq!(arena.release(p), Some((0, 128)));
+        assert_eq!(arena.lookup(p), None);
         assert_eq!(arena.release(p), None);
         arena.commit(0, 64).unwrap();
         assert!(arena.release(std::ptr::null()).is_none());

@@ -95,6 +95,41 @@ struct GuestSlot {
     streams: HashMap<Handle, StreamRecord>,
     events: HashMap<Handle, EventRecord>,
     timers: HashMap<Handle, TimerRecord>,
+    recycled: Recycled,
+}
+
+/// Freed blocks the host keeps to hand out again (policy
+/// `device.recycle-bytes`). The guest placed each of them and still counts
+/// it as live; so does the arena, so a guest answer overlapping one is
+/// still caught.
+#[derive(Default)]
+struct Recycled {
+    /// size → offsets, most recently freed last (its cache lines are warm).
+    by_size: HashMap<u64, Vec<u64>>,
+    /// Every kept offset, so a second free of the same block is caught.
+    offsets: std::collections::HashSet<u64>,
+    bytes: u64,
+}
+
+impl Recycled {
+    fn take(&mut self, size: u64) -> Option<u64> {
+        let offset = self.by_size.get_mut(&size)?.pop()?;
+        self.offsets.remove(&offset);
+        self.bytes -= size;
+        Some(offset)
+    }
+
+    fn put(&mut self, offset: u64, size: u64) {
+        self.by_size.entry(size).or_default().push(offset);
+        self.offsets.insert(offset);
+        self.bytes += size;
+    }
+
+    fn drain(&mut self) -> Vec<u64> {
+        self.offsets.clear();
+        self.bytes = 0;
+        self.by_size.drain().flat_map(|(_, offsets)| offsets).collect()
+    }
 }
 
 pub struct Device {
@@ -105,6 +140,8 @@ pub struct Device {
     config: DeviceConfig,
     identity: Identity,
     arena: DeviceArena,
+    /// Policy `device.recycle-bytes`.
+    recycle_limit: u64,
     slot: Mutex<GuestSlot>,
     next_handle: AtomicU64,
 }
@@ -144,6 +181,7 @@ impl Device {
             config,
             identity,
             arena,
+            recycle_limit: policy.device.recycle_bytes,
             slot: Mutex::new(GuestSlot {
                 instance: Some(instance),
                 replacements: 0,
@@ -151,6 +189,7 @@ impl Device {
                 streams: HashMap::new(),
                 events: HashMap::new(),
                 timers: HashMap::new(),
+                recycled: Recycled::default(),
             }),
             next_handle: AtomicU64::new(1),
         }))
@@ -193,11 +232,32 @@ impl Device {
     // ---------------------------------------------------------------- memory
 
     /// Allocates `size` bytes where the guest says, after checking the answer.
+    /// A kept block of exactly this size is handed out again without asking
+    /// (see [`Recycled`]); when the guest reports it is full, the kept
+    /// blocks go back to it and it is asked once more.
     pub fn allocate(&self, size: u64) -> Result<*mut u8, Error> {
         // TensorFlow may ask for 0 bytes; it still wants a distinct non-null pointer.
         let size = size.max(1);
         let mut slot = self.slot.lock();
-        let answer = self.guest_call(&mut slot, "memory.allocate", |g, s| {
+        if slot.disabled.is_none() {
+            if let Some(offset) = slot.recycled.take(size) {
+                // SAFETY: the block was committed in the arena (offset + size
+                // within the region) and is still recorded there as live.
+                return Ok(unsafe { self.arena.base().add(offset as usize) });
+            }
+        }
+        match self.place(&mut slot, size) {
+            Err(Error::OutOfMemory { .. }) if slot.recycled.bytes > 0 => {
+                self.return_recycled(&mut slot);
+                self.place(&mut slot, size)
+            }
+            outcome => outcome,
+        }
+    }
+
+    /// Asks the guest where `size` bytes go and checks the answer.
+    fn place(&self, slot: &mut GuestSlot, size: u64) -> Result<*mut u8, Error> {
+        let answer = self.guest_call(slot, "memory.allocate", |g, s| {
             g.tfwasm_device_memory().call_allocate(s, size, ALIGNMENT)
         })?;
         match answer {
@@ -209,7 +269,7 @@ impl Device {
                         call: "memory.allocate".into(),
                         reason: placement.to_string(),
                     };
-                    self.replace_instance(&mut slot, &error);
+                    self.replace_instance(slot, &error);
                     Err(error)
                 }
             },
@@ -224,27 +284,59 @@ impl Device {
         }
     }
 
-    /// Frees the allocation at `ptr`. The host record is authoritative: the
-    /// block is released even if the guest objects (it then only leaks in the
-    /// guest's view, which stays safe).
+    /// Frees the allocation at `ptr`: keeps it for reuse when the policy
+    /// allows and there is room, else gives it back to the guest. The host
+    /// record is authoritative: the block is released even if the guest
+    /// objects (it then only leaks in the guest's view, which stays safe).
     pub fn deallocate(&self, ptr: *const u8) -> Result<(), Error> {
         let mut slot = self.slot.lock();
-        let Some((offset, _size)) = self.arena.release(ptr) else {
+        let Some((offset, size)) = self.arena.lookup(ptr) else {
             return Err(Error::InvalidArgument(format!("{}: deallocate of unknown pointer {ptr:?}", self.name)));
         };
+        if slot.recycled.offsets.contains(&offset) {
+            return Err(Error::InvalidArgument(format!("{}: pointer {ptr:?} freed twice", self.name)));
+        }
+        if slot.disabled.is_none() && slot.recycled.bytes + size <= self.recycle_limit {
+            slot.recycled.put(offset, size);
+            return Ok(());
+        }
+        self.free_block(&mut slot, offset);
+        Ok(())
+    }
+
+    /// Releases the block at `offset` in the arena and tells the guest.
+    fn free_block(&self, slot: &mut GuestSlot, offset: u64) {
+        // SAFETY: `offset` came from the arena, so it lies inside the region.
+        let ptr = unsafe { self.arena.base().add(offset as usize) };
+        if self.arena.release(ptr).is_none() {
+            unreachable!("{}: a block the host recorded as live is missing from the arena", self.name);
+        }
         if slot.instance.is_some() {
-            match self.guest_call(&mut slot, "memory.free", |g, s| g.tfwasm_device_memory().call_free(s, offset)) {
+            match self.guest_call(slot, "memory.free", |g, s| g.tfwasm_device_memory().call_free(s, offset)) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::warn!("{}", self.refused("memory.free", e)),
                 Err(e) => tracing::debug!("{e}"),
             }
         }
-        Ok(())
+    }
+
+    /// Gives every kept block back to the guest.
+    fn return_recycled(&self, slot: &mut GuestSlot) {
+        for offset in slot.recycled.drain() {
+            self.free_block(slot, offset);
+        }
+    }
+
+    /// Bytes of freed blocks the host keeps for reuse.
+    pub fn recycled_bytes(&self) -> u64 {
+        self.slot.lock().recycled.bytes
     }
 
     /// The guest's usage report, checked against the region.
+    /// Kept blocks go back to the guest first, so the report is exact.
     pub fn usage(&self) -> Result<Usage, Error> {
         let mut slot = self.slot.lock();
+        self.return_recycled(&mut slot);
         let usage = self.guest_call(&mut slot, "memory.usage", |g, s| g.tfwasm_device_memory().call_usage(s))?;
         let limit_ok = usage.limit <= self.arena.len();
         if !limit_ok || usage.bytes_in_use > usage.limit || usage.largest_free_block > usage.limit {

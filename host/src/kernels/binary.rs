@@ -21,8 +21,6 @@
 //! `-0`), `DivNoNan` is 0 wherever the divisor is 0 (even for a NaN
 //! dividend), `Pow` is C's `powf`.
 
-use rayon::prelude::*;
-
 use super::pool;
 use super::shape::{element_count, Broadcast, ShapeDisplay};
 use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, TfBool};
@@ -157,7 +155,8 @@ const CHUNKS_PER_THREAD: usize = 4;
 
 /// Calls `fill(start, chunk)` over consecutive chunks covering `out`
 /// (`chunk` holds output elements `start..start + chunk.len()`): inline for
-/// small outputs, across the compute pool for large ones.
+/// small outputs, shared between the calling thread and the compute pool for
+/// large ones.
 pub fn fill_chunked<O, F>(out: &mut [O], fill: F)
 where
     O: Send,
@@ -172,9 +171,7 @@ where
         return;
     }
     let chunk = len.div_ceil(pool::threads() * CHUNKS_PER_THREAD).max(MIN_CHUNK_ELEMENTS);
-    pool::install(|| {
-        out.par_chunks_mut(chunk).enumerate().for_each(|(i, out_chunk)| fill(i * chunk, out_chunk));
-    });
+    pool::for_each_chunk_mut(out, chunk, |i, out_chunk| fill(i * chunk, out_chunk));
 }
 
 /// An elementwise binary operation.

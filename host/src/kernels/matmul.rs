@@ -42,6 +42,26 @@ impl Kernel for MatMulAttrs {
 /// thread anyway, so entering the pool would only add latency.
 pub const PARALLEL_MIN_WORK: usize = 48 * 48 * 256;
 
+/// `m·n·k` from which gemm splits a product across the pool itself (large
+/// products pack their operands once and share the packed panels, which a
+/// split into independent blocks would repeat per block).
+pub const SPLIT_MAX_WORK: usize = 256 * 256 * 1024;
+
+/// The output pointer shared by the threads computing disjoint blocks.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+// SAFETY: each thread writes a disjoint block of the output (see `run`);
+// the buffer outlives the parallel section, which joins before returning.
+unsafe impl Send for SharedOut {}
+// SAFETY: as above.
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// The attributes of a `MatMul` node that change the computation.
 /// (`grad_a`/`grad_b` only hint which gradient a node computes; they do not
 /// change the result and are not read.)
@@ -122,28 +142,41 @@ impl MatMulPlan {
         let (b_rs, b_cs) = if attrs.transpose_b { (1, k_i) } else { (n_i, 1) };
 
         let work = m.saturating_mul(n).saturating_mul(k);
-        let mut multiply = move |parallelism: gemm::Parallelism| {
-            // SAFETY: `a` holds m·k elements and every index op(a)[i,p] for
-            // i < m, p < k maps (with the strides above) to i·a_rs + p·a_cs,
-            // which is < m·k for both layouts; likewise `b` (k·n elements)
-            // and `out` (m·n, row stride n, column stride 1), checked by
-            // `check_len` above. `out` is a `&mut` borrow, so it aliases
-            // neither input. With `read_dst == false` gemm only writes `out`
-            // (alpha is ignored), and f32 is a type gemm supports, so it does
-            // not panic on the type dispatch.
+        let threads = pool::threads();
+        // gemm's arguments for the block of `out` with rows `rows` and
+        // columns `cols` (of op(a)·op(b)), as offsets into the buffers.
+        let block = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+            let a_at = rows.start as isize * a_rs;
+            let b_at = cols.start as isize * b_cs;
+            let out_at = rows.start * n + cols.start;
+            (rows.len(), cols.len(), a_at, b_at, out_at)
+        };
+        let out_ptr = SharedOut(out.as_mut_ptr());
+        let multiply = |(rows, cols, a_at, b_at, out_at): (usize, usize, isize, isize, usize), parallelism| {
+            // SAFETY: `a` holds m·k elements; for every block row i < rows
+            // and p < k, op(a)[rows.start + i, p] lies at a_at + i·a_rs +
+            // p·a_cs < m·k for both layouts (likewise `b`, k·n elements, at
+            // b_at + p·b_rs + j·b_cs). The output block starts at out_at and
+            // spans `rows` rows of stride n and `cols` columns inside the
+            // m·n elements `out` holds (all checked by `check_len` above).
+            // Blocks handed to different threads cover disjoint elements of
+            // `out`, which is exclusively borrowed for this call, so no
+            // write races another and neither input is aliased. With
+            // `read_dst == false` gemm only writes (alpha is ignored), and
+            // f32 is a type gemm supports, so it does not panic on dispatch.
             unsafe {
                 gemm::gemm(
-                    m,
-                    n,
+                    rows,
+                    cols,
                     k,
-                    out.as_mut_ptr(),
+                    out_ptr.get().add(out_at),
                     1,
                     n_i,
                     false,
-                    a.as_ptr(),
+                    a.as_ptr().offset(a_at),
                     a_cs,
                     a_rs,
-                    b.as_ptr(),
+                    b.as_ptr().offset(b_at),
                     b_cs,
                     b_rs,
                     0.0f32,
@@ -155,11 +188,29 @@ impl MatMulPlan {
                 )
             }
         };
-        if work < PARALLEL_MIN_WORK || pool::threads() == 1 {
-            multiply(gemm::Parallelism::None);
+        if work < PARALLEL_MIN_WORK || threads == 1 {
+            multiply(block(0..m, 0..n), gemm::Parallelism::None);
+        } else if work < SPLIT_MAX_WORK {
+            // A mid-sized product (a Keras layer's): split the larger output
+            // dimension into one block per thread, each a single-threaded
+            // gemm, with the calling thread computing one of them. gemm's own
+            // threading would leave this thread asleep while the pool works
+            // and wake it afterwards; at these sizes the two wake-ups cost
+            // as much as a block.
+            let blocks = threads;
+            let split = |len: usize, i: usize| {
+                // Block edges on multiples of 16 (gemm's register tile).
+                let edge = |j: usize| (len * j / blocks).next_multiple_of(16).min(len);
+                edge(i)..edge(i + 1)
+            };
+            pool::for_each_index(blocks, |i| {
+                let args = if m >= n { block(split(m, i), 0..n) } else { block(0..m, split(n, i)) };
+                if args.0 > 0 && args.1 > 0 {
+                    multiply(args, gemm::Parallelism::None);
+                }
+            });
         } else {
-            let threads = pool::threads();
-            pool::install(move || multiply(gemm::Parallelism::Rayon(threads)));
+            pool::install(|| multiply(block(0..m, 0..n), gemm::Parallelism::Rayon(threads)));
         }
         Ok(())
     }
@@ -241,8 +292,15 @@ mod tests {
 
     #[test]
     fn large_products_use_the_pool() {
-        let (m, k, n) = (97, 89, 101);
-        assert!(m * k * n >= PARALLEL_MIN_WORK);
+        // Split into blocks by rows (m ≥ n), by columns (n > m), with edges
+        // off the 16-element grid and a block narrower than one tile; then
+        // one product large enough for gemm's own threading.
+        for (m, k, n) in [(97, 89, 101), (131, 97, 61), (37, 101, 211), (17, 2049, 19)] {
+            assert!((PARALLEL_MIN_WORK..SPLIT_MAX_WORK).contains(&(m * k * n)));
+            check_all_transposes(m, k, n);
+        }
+        let (m, k, n) = (129, 1031, 515);
+        assert!(m * k * n >= SPLIT_MAX_WORK);
         check_all_transposes(m, k, n);
     }
 
