@@ -126,6 +126,35 @@ def binary(x_range=(-3.0, 3.0), y_range=(-3.0, 3.0), rounded=False, make=None):
     return cases
 
 
+def int_binary(dtype, lo=-50, hi=50, nonzero_y=False, extremes=True):
+    """Integer operands; ``extremes`` puts the type's maximum and minimum
+    into ``x`` so that Add and Mul overflow (TensorFlow's CPU kernels wrap)."""
+
+    def cases(tf, rng):
+        info = np.iinfo(dtype)
+        out = []
+        for sa, sb in BINARY_SHAPES:
+            x, y = ints(rng, sa, lo, hi, dtype), ints(rng, sb, lo, hi, dtype)
+            if nonzero_y:
+                y = np.where(y == 0, dtype(7), y).astype(dtype)
+            if extremes and x.size:
+                x.flat[:: max(1, x.size // 3)] = info.max
+                x.flat[1 :: max(2, x.size // 2)] = info.min
+            out.append(Case({"x": x, "y": y}))
+        return out
+
+    return cases
+
+
+def joined(*makers):
+    """The cases of several makers, e.g. float32 and int64 ones of one op."""
+
+    def cases(tf, rng):
+        return [c for make in makers for c in make(tf, rng)]
+
+    return cases
+
+
 def logical_binary(tf, rng):
     return [Case({"x": boolean(rng, sa), "y": boolean(rng, sb)}) for sa, sb in BINARY_SHAPES]
 
@@ -171,7 +200,18 @@ def cast_cases(tf, rng):
         Case({"x": ints(rng, (7, 13), -100, 100, np.int32), "DstT": tf.float32}),
         Case({"x": boolean(rng, (7, 13)), "DstT": tf.float32}),
         Case({"x": f32(rng, (0, 3)), "DstT": tf.int64}),
+        # Keras' step counter (int32 → int64) and seed state (int64 → int32: the low 32 bits).
+        Case({"x": ints(rng, (7, 13), -(2**31), 2**31 - 1, np.int32), "DstT": tf.int64}),
+        Case({"x": np.array(7, np.int32), "DstT": tf.int64}),
+        Case({"x": ints(rng, (7, 13), -(2**40), 2**40, np.int64), "DstT": tf.int32}),
+        Case({"x": np.array([0, -1, 2**31, 2**32 + 5, -(2**31) - 1, 2**63 - 1], np.int64), "DstT": tf.int32}),
+        Case({"x": ints(rng, (0, 3), 0, 1, np.int64), "DstT": tf.int32}),
     ]
+
+
+def bitcast_cases(tf, rng):
+    special = np.array([0.0, -0.0, 1.0, np.inf, -np.inf, np.nan, 1e-45, -3.5], np.float32)
+    return [Case({"input": f32(rng, s), "type": tf.int32}) for s in UNARY_SHAPES] + [Case({"input": special, "type": tf.int32})]
 
 
 def select_cases(tf, rng):
@@ -208,6 +248,11 @@ def reduce_cases(make=f32):
 
 def prod_values(rng, shape):
     return f32(rng, shape, 0.8, 1.2)
+
+
+def prod_ints(rng, shape):
+    # Long rows overflow int32; the product then wraps on both devices.
+    return ints(rng, shape, -3, 4, np.int32)
 
 
 def arg_cases(tf, rng):
@@ -413,6 +458,14 @@ def pack_cases(tf, rng):
     return [Case({"values": [f32(rng, s) for _ in range(n)], "axis": axis}) for s, n, axis in [((2, 3), 3, 0), ((2, 3), 2, 2), ((0, 3), 2, 1), ((), 4, 0), ((7, 13), 1, -1)]]
 
 
+def pack_int_bool_cases(tf, rng):
+    # int32: tf.stack of shape pieces; bool: Keras' "is initialized" flags.
+    shapes = [((), 2, 0), ((), 14, 0), ((2, 3), 3, 1), ((0, 3), 2, 0), ((7, 13), 2, -1)]
+    out = [Case({"values": [ints(rng, s, -100, 100) for _ in range(n)], "axis": axis}) for s, n, axis in shapes]
+    out += [Case({"values": [boolean(rng, s) for _ in range(n)], "axis": axis}) for s, n, axis in shapes]
+    return out
+
+
 def unpack_cases(tf, rng):
     return [Case({"value": f32(rng, s), "num": s[axis], "axis": axis}) for s, axis in [((3, 2, 5), 0), ((3, 2, 5), 1), ((3, 2, 5), -1), ((2, 0), 0), ((1, 1), 1)]]
 
@@ -440,6 +493,17 @@ def strided_slice_cases(tf, rng):
         Case({"input": f32(rng, s), "begin": np.array(b, np.int32), "end": np.array(e, np.int32), "strides": np.array(st, np.int32), **m})
         for s, b, e, st, m in STRIDED
     ]
+
+
+def strided_slice_int_cases(tf, rng):
+    out = [
+        Case({"input": ints(rng, s, -100, 100), "begin": np.array(b, t), "end": np.array(e, t), "strides": np.array(st, t), **m})
+        for s, b, e, st, m in STRIDED for t in (np.int32, np.int64)
+    ]
+    # shape[0] of a shape vector, as Keras' train step takes the batch size.
+    out.append(Case({"input": np.array([32, 28, 28, 1], np.int32), "begin": np.array([0], np.int32), "end": np.array([1], np.int32),
+                     "strides": np.array([1], np.int32), "shrink_axis_mask": 1}))
+    return out
 
 
 def strided_slice_grad_cases(tf, rng):
@@ -536,15 +600,17 @@ def random_v2_cases(tf, rng):
 SPECS: dict[str, Spec] = {
     # elementwise binary
     "Add": Spec(binary()),
-    "AddV2": Spec(binary()),
+    "AddV2": Spec(joined(binary(), int_binary(np.int64))),
     "Sub": Spec(binary()),
-    "Mul": Spec(binary()),
+    "Mul": Spec(joined(binary(), int_binary(np.int64))),
     "RealDiv": Spec(binary(make=away_from_zero)),
     "DivNoNan": Spec(binary(make=with_zeros)),
     "Maximum": Spec(binary(rounded=True)),
     "Minimum": Spec(binary(rounded=True)),
     "Pow": Spec(binary(x_range=(0.1, 3.0), y_range=(-2.0, 2.0)), TRANSCENDENTAL),
     "SquaredDifference": Spec(binary()),
+    "FloorMod": Spec(int_binary(np.int64, nonzero_y=True, extremes=False), EXACT),
+    "BitwiseAnd": Spec(int_binary(np.int32, lo=-(2**31), hi=2**31 - 1, extremes=False), EXACT),
     "Equal": Spec(binary(rounded=True), EXACT),
     "NotEqual": Spec(binary(rounded=True), EXACT),
     "Less": Spec(binary(rounded=True), EXACT),
@@ -592,6 +658,7 @@ SPECS: dict[str, Spec] = {
     "OnesLike": Spec(unary(), EXACT),
     "LogicalNot": Spec(lambda tf, rng: [Case({"x": boolean(rng, s)}) for s in UNARY_SHAPES], EXACT),
     "Cast": Spec(cast_cases, EXACT),
+    "Bitcast": Spec(bitcast_cases, EXACT),
     "Relu": Spec(activation()),
     "Relu6": Spec(activation(-2, 8)),
     "Elu": Spec(activation(), TRANSCENDENTAL),
@@ -604,7 +671,7 @@ SPECS: dict[str, Spec] = {
     "Mean": Spec(reduce_cases(), REDUCTION),
     "Max": Spec(reduce_cases(), EXACT),
     "Min": Spec(reduce_cases(), EXACT),
-    "Prod": Spec(reduce_cases(prod_values), REDUCTION),
+    "Prod": Spec(joined(reduce_cases(prod_values), reduce_cases(prod_ints)), REDUCTION),
     "All": Spec(bool_reduce_cases, EXACT),
     "Any": Spec(bool_reduce_cases, EXACT),
     "ArgMax": Spec(arg_cases, EXACT),
@@ -630,10 +697,10 @@ SPECS: dict[str, Spec] = {
     # data movement
     "Transpose": Spec(transpose_cases, EXACT),
     "ConcatV2": Spec(concat_cases, EXACT),
-    "Pack": Spec(pack_cases, EXACT),
+    "Pack": Spec(joined(pack_cases, pack_int_bool_cases), EXACT),
     "Unpack": Spec(unpack_cases, EXACT),
     "Slice": Spec(slice_cases, EXACT),
-    "StridedSlice": Spec(strided_slice_cases, EXACT),
+    "StridedSlice": Spec(joined(strided_slice_cases, strided_slice_int_cases), EXACT),
     "StridedSliceGrad": Spec(strided_slice_grad_cases, EXACT),
     "Tile": Spec(tile_cases, EXACT),
     "Pad": Spec(pad_cases, EXACT),

@@ -1,8 +1,9 @@
 //! Elementwise binary ops with broadcasting: float32 arithmetic (`AddV2`,
 //! `Sub`, `Mul`, `RealDiv`, `DivNoNan`, `Maximum`, `Minimum`, `Pow`,
-//! `SquaredDifference`), comparisons (float32, and int64 for `Equal` and
-//! `NotEqual`) to bool, `LogicalAnd`/`LogicalOr` on bool, and `SelectV2`
-//! with three-way broadcasting.
+//! `SquaredDifference`), integer bookkeeping (`AddV2`, `Mul`, `FloorMod` on
+//! int64, `BitwiseAnd` on int32), comparisons (float32, and int64 for
+//! `Equal` and `NotEqual`) to bool, `LogicalAnd`/`LogicalOr` on bool, and
+//! `SelectV2` with three-way broadcasting.
 //!
 //! A [`BinaryPlan`] is made from the operand shapes alone, so the caller can
 //! allocate the output before computing. Same-shape operands and a
@@ -19,7 +20,10 @@
 //! Semantics follow TensorFlow's CPU kernels (Eigen): `Maximum`/`Minimum`
 //! propagate NaN (and return the first operand on ties, so `max(-0, 0)` is
 //! `-0`), `DivNoNan` is 0 wherever the divisor is 0 (even for a NaN
-//! dividend), `Pow` is C's `powf`.
+//! dividend), `Pow` is C's `powf`. Integer `AddV2`/`Mul` wrap on overflow
+//! (two's complement, as the CPU kernels do in practice); `FloorMod` takes
+//! the sign of the divisor and fails with "Integer division by zero" as the
+//! CPU kernel does.
 
 use super::pool;
 use super::shape::{element_count, Broadcast, ShapeDisplay};
@@ -43,6 +47,24 @@ macro_rules! compare {
 /// memory); none covers int64, so there is no conflict.
 const F32_I64: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::I64])];
 
+/// int64 only: Keras keeps the optimizer's step counter and its
+/// seed-generator state in int64 variables and updates them on the device.
+/// TensorFlow's DEVICE_DEFAULT kernels already cover int32 `AddV2`, `Mul`
+/// and `FloorMod` (in host memory); registering int32 too would make every
+/// lookup ambiguous.
+const T_I64: &[(&str, &[DType])] = &[("T", &[DType::I64])];
+
+/// int32 `BitwiseAnd` (Keras' train step masks the bits of a float32
+/// output, `Bitcast` to int32, to check it for NaN/Inf). No DEVICE_DEFAULT
+/// kernel exists for it.
+const T_I32: &[(&str, &[DType])] = &[("T", &[DType::I32])];
+
+macro_rules! integer {
+    ($name:literal, $op:expr, $types:expr) => {
+        KernelDef::new($name, $types, |_| Ok(Box::new(IntegerKernel { op: $op, name: $name })))
+    };
+}
+
 pub const KERNELS: &[KernelDef] = &[
     arith!("Add", BinaryOp::Add),
     arith!("AddV2", BinaryOp::Add),
@@ -54,6 +76,10 @@ pub const KERNELS: &[KernelDef] = &[
     arith!("Minimum", BinaryOp::Minimum),
     arith!("Pow", BinaryOp::Pow),
     arith!("SquaredDifference", BinaryOp::SquaredDifference),
+    integer!("AddV2", BinaryOp::Add, T_I64),
+    integer!("Mul", BinaryOp::Mul, T_I64),
+    integer!("FloorMod", BinaryOp::FloorMod, T_I64),
+    integer!("BitwiseAnd", BinaryOp::BitwiseAnd, T_I32),
     compare!("Equal", BinaryOp::Equal, F32_I64),
     compare!("NotEqual", BinaryOp::NotEqual, F32_I64),
     compare!("Less", BinaryOp::Less, types::T_F32),
@@ -82,6 +108,61 @@ impl Kernel for BinaryKernel {
         plan.run(a.data()?, b.data()?, out.data_mut()?)
     }
 }
+
+/// The kernel of one integer op (int32 or int64, as registered).
+#[derive(Debug)]
+pub struct IntegerKernel {
+    pub op: BinaryOp,
+    pub name: &'static str,
+}
+
+impl Kernel for IntegerKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        expect_inputs(self.name, ctx, 2)?;
+        let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+        let plan = BinaryPlan::named(self.op, self.name, a.shape(), b.shape())?;
+        let mut out = ctx.allocate_output(0, plan.output_shape())?;
+        match a.dtype() {
+            DType::I32 => plan.run_integer::<i32>(a.data()?, b.data()?, out.data_mut()?),
+            DType::I64 => plan.run_integer::<i64>(a.data()?, b.data()?, out.data_mut()?),
+            other => Err(Error::InvalidArgument(format!("{}: tfwasm has no {other} kernel", self.name))),
+        }
+    }
+}
+
+/// The integer element types of [`IntegerKernel`], with TensorFlow's
+/// semantics for each op.
+pub trait Integer: Element + Eq + std::ops::BitAnd<Output = Self> {
+    const ZERO: Self;
+    fn wrapping_add(self, y: Self) -> Self;
+    fn wrapping_mul(self, y: Self) -> Self;
+    /// `x mod y` with the sign of `y` (Python's `%`); `y != 0`.
+    fn floor_mod(self, y: Self) -> Self;
+}
+
+macro_rules! integer_impl {
+    ($($t:ty)*) => {$(
+        impl Integer for $t {
+            const ZERO: Self = 0;
+            #[inline(always)]
+            fn wrapping_add(self, y: Self) -> Self {
+                <$t>::wrapping_add(self, y)
+            }
+            #[inline(always)]
+            fn wrapping_mul(self, y: Self) -> Self {
+                <$t>::wrapping_mul(self, y)
+            }
+            #[inline(always)]
+            fn floor_mod(self, y: Self) -> Self {
+                // `wrapping_rem` makes MIN % -1 give 0 (the true result)
+                // instead of trapping; |r| < |y|, so `r + y` cannot overflow.
+                let r = self.wrapping_rem(y);
+                if r != 0 && ((r < 0) != (y < 0)) { r + y } else { r }
+            }
+        }
+    )*};
+}
+integer_impl!(i32 i64);
 
 /// A comparison to bool. With `incompatible_shape_error=false` (an attribute
 /// of `Equal`/`NotEqual`), shapes that do not broadcast give a scalar
@@ -195,6 +276,10 @@ pub enum BinaryOp {
     Pow,
     /// `(x - y)²`.
     SquaredDifference,
+    /// Integers: `x mod y` with the sign of `y`.
+    FloorMod,
+    /// Integers: `x & y`.
+    BitwiseAnd,
     Equal,
     NotEqual,
     Less,
@@ -218,6 +303,8 @@ impl BinaryOp {
             BinaryOp::Minimum => "Minimum",
             BinaryOp::Pow => "Pow",
             BinaryOp::SquaredDifference => "SquaredDifference",
+            BinaryOp::FloorMod => "FloorMod",
+            BinaryOp::BitwiseAnd => "BitwiseAnd",
             BinaryOp::Equal => "Equal",
             BinaryOp::NotEqual => "NotEqual",
             BinaryOp::Less => "Less",
@@ -325,6 +412,23 @@ impl BinaryPlan {
             BinaryOp::Pow => self.map(a, b, out, f32::powf),
             BinaryOp::SquaredDifference => self.map(a, b, out, |x, y| (x - y) * (x - y)),
             _ => Err(self.wrong_kind("float32 arithmetic")),
+        }
+    }
+
+    /// Computes an integer op: `Add`/`Mul` wrap, `FloorMod` fails on a
+    /// zero divisor (any zero in `b` is used when the output is non-empty).
+    pub fn run_integer<T: Integer>(&self, a: &[T], b: &[T], out: &mut [T]) -> Result<(), Error> {
+        match self.op {
+            BinaryOp::Add => self.map(a, b, out, T::wrapping_add),
+            BinaryOp::Mul => self.map(a, b, out, T::wrapping_mul),
+            BinaryOp::BitwiseAnd => self.map(a, b, out, |x, y| x & y),
+            BinaryOp::FloorMod => {
+                if self.output_len() > 0 && b.contains(&T::ZERO) {
+                    return Err(Error::InvalidArgument(format!("{}: Integer division by zero", self.name)));
+                }
+                self.map(a, b, out, T::floor_mod)
+            }
+            _ => Err(self.wrong_kind("integer")),
         }
     }
 
@@ -803,6 +907,73 @@ mod tests {
         assert_eq!(run(BinaryOp::DivNoNan, [1.0, nan, 0.0, f32::INFINITY], [0.0, 0.0, 0.0, 2.0]), [0.0, 0.0, 0.0, f32::INFINITY]);
         let pow = run(BinaryOp::Pow, [-2.0, 0.0, nan, 1.0], [3.0, -1.0, 0.0, nan]);
         assert_eq!(pow, [-8.0, f32::INFINITY, 1.0, 1.0]);
+    }
+
+    /// Integers in [-12, 12] (zero-free for divisors), plus extremes that overflow.
+    fn int_values(len: usize, seed: u32, nonzero: bool) -> Vec<i64> {
+        values(len, seed)
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| match i % 11 {
+                3 => i64::MAX,
+                7 => i64::MIN,
+                _ => {
+                    let v = (v * 6.0).round() as i64;
+                    if nonzero && v == 0 { 5 } else { v }
+                }
+            })
+            .collect()
+    }
+
+    fn floor_mod_reference(x: i64, y: i64) -> i64 {
+        // Euclid's remainder is non-negative; shift it into the divisor's sign.
+        let r = (i128::from(x)).rem_euclid(i128::from(y));
+        (if y < 0 && r != 0 { r + i128::from(y) } else { r }) as i64
+    }
+
+    #[test]
+    fn integer_ops_match_reference_on_odd_shapes() {
+        let ops: [(BinaryOp, fn(i64, i64) -> i64); 4] = [
+            (BinaryOp::Add, |x, y| (i128::from(x) + i128::from(y)) as i64),
+            (BinaryOp::Mul, |x, y| (i128::from(x) * i128::from(y)) as i64),
+            (BinaryOp::FloorMod, floor_mod_reference),
+            (BinaryOp::BitwiseAnd, |x, y| x & y),
+        ];
+        for (op, f) in ops {
+            for &(a_shape, b_shape) in SHAPE_PAIRS.iter().chain([(&[257, 131][..], &[131][..])].iter()) {
+                let a = int_values(a_shape.iter().product(), 11, false);
+                let b = int_values(b_shape.iter().product(), 12, true);
+                let (shape, expected) = reference(&a, a_shape, &b, b_shape, f);
+                let kernel = IntegerKernel { op, name: op.op_name() };
+                let inputs = vec![Tensor::from_vec(a_shape, a.clone()).unwrap(), Tensor::from_vec(b_shape, b.clone()).unwrap()];
+                let out = LocalContext::run(&kernel, inputs, &[DType::I64]).unwrap();
+                assert_eq!(out[0].shape(), shape.as_slice(), "{op:?} {a_shape:?} {b_shape:?}");
+                assert_eq!(out[0].to_vec::<i64>().unwrap(), expected, "{op:?} {a_shape:?} {b_shape:?}");
+                // The same op on int32 (the low halves; wrapping keeps them consistent).
+                let (a32, b32): (Vec<i32>, Vec<i32>) = (a.iter().map(|&v| v as i32).collect(), b.iter().map(|&v| if v as i32 == 0 { 3 } else { v as i32 }).collect());
+                let (_, expected32) = reference(&a32, a_shape, &b32, b_shape, |x: i32, y: i32| f(i64::from(x), i64::from(y)));
+                let inputs = vec![Tensor::from_vec(a_shape, a32).unwrap(), Tensor::from_vec(b_shape, b32).unwrap()];
+                let out = LocalContext::run(&kernel, inputs, &[DType::I32]).unwrap();
+                let expected32: Vec<i32> = expected32.iter().map(|&v| v as i32).collect();
+                assert_eq!(out[0].to_vec::<i32>().unwrap(), expected32, "int32 {op:?} {a_shape:?} {b_shape:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn floor_mod_signs_and_division_by_zero() {
+        let kernel = IntegerKernel { op: BinaryOp::FloorMod, name: "FloorMod" };
+        let run = |a: Vec<i64>, b: Vec<i64>| {
+            let inputs = vec![Tensor::from_vec(&[a.len()], a).unwrap(), Tensor::from_vec(&[b.len()], b).unwrap()];
+            LocalContext::run(&kernel, inputs, &[DType::I64])
+        };
+        let got = run(vec![7, -7, 7, -7, 6, i64::MIN, i64::MIN], vec![3, 3, -3, -3, -3, -1, 2_147_483_646]).unwrap();
+        assert_eq!(got[0].to_vec::<i64>().unwrap(), [1, 2, -2, -1, 0, 0, floor_mod_reference(i64::MIN, 2_147_483_646)]);
+        let error = run(vec![1, 2], vec![3, 0]).unwrap_err();
+        assert!(matches!(error, Error::InvalidArgument(_)));
+        assert_eq!(error.to_string(), "tfwasm: FloorMod: Integer division by zero");
+        // An empty output reads no divisor.
+        assert!(run(vec![], vec![0]).is_ok());
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Float32 data movement: Transpose, ConcatV2, Pack, Unpack, Slice,
 //! StridedSlice(Grad), Tile, Pad(V2), Fill, GatherV2, OneHot, AddN,
-//! BroadcastTo and Snapshot.
+//! BroadcastTo and Snapshot; bool `Pack`; and int32 `Pack` and `StridedSlice` for shape
+//! arithmetic (every argument in host memory, as on TensorFlow's GPU
+//! device, since their results feed host-side shape arguments).
 //!
 //! Most of these read a *strided view* of their input: every output element
 //! (in row-major order) comes from `offset + Σ index[i] · step[i]` of the
@@ -21,7 +23,7 @@ use rayon::prelude::*;
 
 use super::pool;
 use super::shape::{element_count, Broadcast, ShapeDisplay};
-use super::{expect_inputs, types, Attrs, DType, FnKernel, Kernel, KernelDef, OpContext, Tensor};
+use super::{expect_inputs, types, Attrs, DType, Element, FnKernel, Kernel, KernelDef, OpContext, Tensor, TfBool};
 use crate::error::Error;
 
 const fn t_idx(index_attr: &'static str) -> [(&'static str, &'static [DType]); 2] {
@@ -35,17 +37,26 @@ const TILE_TYPES: &[(&str, &[DType])] = &t_idx("Tmultiples");
 const PAD_TYPES: &[(&str, &[DType])] = &t_idx("Tpaddings");
 const FILL_TYPES: &[(&str, &[DType])] = &t_idx("index_type");
 const ONEHOT_TYPES: &[(&str, &[DType])] = &t_idx("TI");
+/// int32 shape arithmetic; see the module docs for the host memory.
+const I32_INDEX_TYPES: &[(&str, &[DType])] = &[("T", &[DType::I32]), ("Index", types::INDEX)];
+const T_I32: &[(&str, &[DType])] = &[("T", &[DType::I32])];
+/// Keras packs the bool "is initialized" flags of its variables into one
+/// tensor when a model starts training.
+const T_F32_BOOL: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::Bool])];
 const GATHER_TYPES: &[(&str, &[DType])] =
     &[("Tparams", types::F32), ("Tindices", types::INDEX), ("Taxis", types::INDEX)];
 
 pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("Transpose", TRANSPOSE_TYPES, |_| Ok(Box::new(FnKernel(transpose)))).host_memory(&["perm"]),
     KernelDef::new("ConcatV2", TIDX_TYPES, |_| Ok(Box::new(FnKernel(concat_v2)))).host_memory(&["axis"]),
-    KernelDef::new("Pack", types::T_F32, build_pack),
+    KernelDef::new("Pack", T_F32_BOOL, build_pack),
+    KernelDef::new("Pack", T_I32, build_pack).host_memory(&["values", "output"]),
     KernelDef::new("Unpack", types::T_F32, build_unpack),
     KernelDef::new("Slice", INDEX_TYPES, |_| Ok(Box::new(FnKernel(slice)))).host_memory(&["begin", "size"]),
     KernelDef::new("StridedSlice", INDEX_TYPES, |a| Ok(Box::new(StridedSlice { masks: Masks::read(a)?, grad: false })))
         .host_memory(&["begin", "end", "strides"]),
+    KernelDef::new("StridedSlice", I32_INDEX_TYPES, |a| Ok(Box::new(StridedSlice { masks: Masks::read(a)?, grad: false })))
+        .host_memory(&["input", "begin", "end", "strides", "output"]),
     KernelDef::new("StridedSliceGrad", INDEX_TYPES, |a| Ok(Box::new(StridedSlice { masks: Masks::read(a)?, grad: true })))
         .host_memory(&["shape", "begin", "end", "strides"]),
     KernelDef::new("Tile", TILE_TYPES, |_| Ok(Box::new(FnKernel(tile)))).host_memory(&["multiples"]),
@@ -70,7 +81,7 @@ const CHUNKS_PER_THREAD: usize = 4;
 
 /// Calls `work(first_row, rows)` on consecutive groups of whole rows of
 /// `out` (rows of `row_len` elements), on the pool when `out` is large.
-fn par_rows(out: &mut [f32], row_len: usize, work: impl Fn(usize, &mut [f32]) + Sync) {
+fn par_rows<T: Send>(out: &mut [T], row_len: usize, work: impl Fn(usize, &mut [T]) + Sync) {
     if out.is_empty() || row_len == 0 {
         return;
     }
@@ -223,7 +234,7 @@ impl View {
     }
 
     /// `out[i] = src[element i of the view]`.
-    fn gather(&self, src: &[f32], out: &mut [f32]) -> Result<(), Error> {
+    fn gather<T: Element>(&self, src: &[T], out: &mut [T]) -> Result<(), Error> {
         self.check_within(src.len())?;
         if out.len() != self.len() {
             return Err(Error::Internal(format!("a view of {} elements gathered into {}", self.len(), out.len())));
@@ -276,7 +287,7 @@ impl View {
     /// lines is read as 16 contiguous values, each output line written as
     /// 16 contiguous values, so no cache line has to survive between the
     /// two halves (power-of-two strides alias in the cache otherwise).
-    fn gather_tiles(&self, src: &[f32], q: usize, out: &mut [f32]) {
+    fn gather_tiles<T: Element>(&self, src: &[T], q: usize, out: &mut [T]) {
         const TILE: usize = 16;
         const MACRO: usize = 64;
         let r = self.dims.len();
@@ -288,7 +299,7 @@ impl View {
         let (nq, q_out) = (self.dims[q], out_strides[q] as usize);
         let (nl, l_step) = (self.dims[r - 1], self.steps[r - 1]);
         let count: usize = o_dims.iter().product();
-        let mut buf = [0.0f32; TILE * TILE];
+        let mut buf = [T::default(); TILE * TILE];
         let mut walk = Walk::new(&o_dims, &o_steps, &o_out, self.offset, 0, 0);
         for _ in 0..count {
             let (src_base, out_base) = (walk.a, walk.b as usize);
@@ -382,14 +393,14 @@ fn transpose(ctx: &dyn OpContext) -> Result<(), Error> {
     let out_shape: Vec<usize> = perm.iter().map(|&p| input.shape()[p as usize]).collect();
     let steps: Vec<isize> = perm.iter().map(|&p| in_strides[p as usize] as isize).collect();
     let mut out = ctx.allocate_output(0, &out_shape)?;
-    View::new(0, &out_shape, &steps).gather(input.data()?, out.data_mut()?)
+    View::new(0, &out_shape, &steps).gather(input.data::<f32>()?, out.data_mut()?)
 }
 
 // --------------------------------------------------------- Concat / Pack
 
 /// Copies inputs side by side: output row `o` is input 0's row `o`, then
 /// input 1's, … (rows of `row_lens[i]` elements; `outer` rows each).
-fn concat_rows(inputs: &[&[f32]], row_lens: &[usize], out: &mut [f32]) {
+fn concat_rows<T: Element>(inputs: &[&[T]], row_lens: &[usize], out: &mut [T]) {
     let out_row: usize = row_lens.iter().sum();
     par_rows(out, out_row, |first, chunk| {
         for (o, row) in chunk.chunks_exact_mut(out_row).enumerate() {
@@ -504,10 +515,18 @@ impl Kernel for Pack {
         out_shape.insert(axis, n);
         checked_count(OP, &out_shape)?;
         let inner: usize = shape[axis..].iter().product();
-        let datas: Vec<&[f32]> = inputs.iter().map(|t| t.data::<f32>()).collect::<Result<_, _>>()?;
         let mut out = ctx.allocate_output(0, &out_shape)?;
-        concat_rows(&datas, &vec![inner; n], out.data_mut()?);
-        Ok(())
+        fn pack<T: Element>(inputs: &[Tensor], inner: usize, out: &mut Tensor) -> Result<(), Error> {
+            let datas: Vec<&[T]> = inputs.iter().map(|t| t.data::<T>()).collect::<Result<_, _>>()?;
+            concat_rows(&datas, &vec![inner; datas.len()], out.data_mut()?);
+            Ok(())
+        }
+        match out.dtype() {
+            DType::F32 => pack::<f32>(&inputs, inner, &mut out),
+            DType::I32 => pack::<i32>(&inputs, inner, &mut out),
+            DType::Bool => pack::<TfBool>(&inputs, inner, &mut out),
+            other => Err(invalid(OP, format!("tfwasm has no {other} kernel"))),
+        }
     }
 }
 
@@ -594,7 +613,7 @@ fn slice(ctx: &dyn OpContext) -> Result<(), Error> {
     if out.is_empty() {
         return Ok(());
     }
-    View::new(offset as isize, &out_shape, &steps).gather(input.data()?, out.data_mut()?)
+    View::new(offset as isize, &out_shape, &steps).gather(input.data::<f32>()?, out.data_mut()?)
 }
 
 // --------------------------------------------------------- StridedSlice
@@ -822,7 +841,12 @@ impl Kernel for StridedSlice {
                 return ctx.forward_input(0, 0);
             }
             let mut out = ctx.allocate_output(0, &spec.final_shape)?;
-            return spec.view(&shape).gather(first.data()?, out.data_mut()?);
+            let view = spec.view(&shape);
+            return match first.dtype() {
+                DType::F32 => view.gather(first.data::<f32>()?, out.data_mut()?),
+                DType::I32 => view.gather(first.data::<i32>()?, out.data_mut()?),
+                other => Err(invalid(op, format!("tfwasm has no {other} kernel"))),
+            };
         }
         let dy = ctx.input(4)?;
         if dy.shape() != spec.final_shape.as_slice() {
@@ -1542,6 +1566,31 @@ mod tests {
         assert!(matches!(strided(&[4], &[4], &[5], &[1], Masks { shrink_axis: 1, ..none }), Err(Error::InvalidArgument(_))));
         assert!(matches!(strided(&[4, 4], &[0, 0], &[1, 1], &[1, 1], Masks { ellipsis: 3, ..none }), Err(Error::InvalidArgument(_))));
         assert!(matches!(strided(&[4], &[0, 0], &[1, 1], &[1, 1], none), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn int32_and_bool_pack_and_strided_slice() {
+        // tf.stack([batch, -1]) and shape[0] / shape[1:3] of a shape vector.
+        let out = LocalContext::run(&Pack { axis: 0 }, vec![Tensor::from_vec(&[], vec![32i32]).unwrap(), Tensor::from_vec(&[], vec![-1i32]).unwrap()], &[DType::I32]).unwrap();
+        assert_eq!((out[0].shape(), out[0].to_vec::<i32>().unwrap()), (&[2][..], vec![32, -1]));
+        let a = Tensor::from_vec(&[2, 3], (0..6).collect::<Vec<i32>>()).unwrap();
+        let b = Tensor::from_vec(&[2, 3], (10..16).collect::<Vec<i32>>()).unwrap();
+        let out = LocalContext::run(&Pack { axis: -1 }, vec![a, b], &[DType::I32]).unwrap();
+        assert_eq!(out[0].shape(), &[2, 3, 2]);
+        assert_eq!(out[0].to_vec::<i32>().unwrap(), [0, 10, 1, 11, 2, 12, 3, 13, 4, 14, 5, 15]);
+        let flags: Vec<Tensor> = [1u8, 0, 1].iter().map(|&v| Tensor::from_vec(&[], vec![TfBool(v)]).unwrap()).collect();
+        let out = LocalContext::run(&Pack { axis: 0 }, flags, &[DType::Bool]).unwrap();
+        assert_eq!(out[0].to_vec::<TfBool>().unwrap(), [TfBool(1), TfBool(0), TfBool(1)]);
+
+        let shape = || Tensor::from_vec(&[4], vec![32i32, 28, 28, 1]).unwrap();
+        let kernel = |masks| StridedSlice { masks, grad: false };
+        let shrink = Masks { shrink_axis: 1, ..Masks::default() };
+        let out = LocalContext::run(&kernel(shrink), vec![shape(), i32s(&[0]), i32s(&[1]), i32s(&[1])], &[DType::I32]).unwrap();
+        assert_eq!((out[0].shape(), out[0].to_vec::<i32>().unwrap()), (&[][..], vec![32]));
+        let out = LocalContext::run(&kernel(Masks::default()), vec![shape(), ints(&[1]), ints(&[-1]), ints(&[1])], &[DType::I32]).unwrap();
+        assert_eq!(out[0].to_vec::<i32>().unwrap(), [28, 28]);
+        let out = LocalContext::run(&kernel(Masks::default()), vec![shape(), ints(&[3]), ints(&[-5]), ints(&[-2])], &[DType::I32]).unwrap();
+        assert_eq!(out[0].to_vec::<i32>().unwrap(), [1, 28]);
     }
 
     #[test]

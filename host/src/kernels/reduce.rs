@@ -1,5 +1,6 @@
-//! Reductions over axes: float32 `Sum`, `Mean`, `Max`, `Min`, `Prod`, bool
-//! `All`/`Any`, and float32 `ArgMax`/`ArgMin` along one dimension.
+//! Reductions over axes: float32 `Sum`, `Mean`, `Max`, `Min`, `Prod`, int32
+//! `Prod` (shape arithmetic, wrapping on overflow), bool `All`/`Any`, and
+//! float32 `ArgMax`/`ArgMin` along one dimension.
 //!
 //! The input shape is collapsed first: size-1 dimensions are dropped and
 //! neighbouring dimensions that are both reduced (or both kept) merge. The
@@ -28,6 +29,11 @@ use crate::error::Error;
 
 const T_TIDX: &[(&str, &[DType])] = &[("T", types::F32), ("Tidx", types::INDEX)];
 const TIDX: &[(&str, &[DType])] = &[("Tidx", types::INDEX)];
+/// int32 `Prod` multiplies shape dimensions (Keras' losses count the
+/// elements they average over). As on TensorFlow's GPU device, every
+/// argument lives in host memory: the result feeds host-side shape
+/// arithmetic, and no DEVICE_DEFAULT kernel covers it.
+const I32_TIDX: &[(&str, &[DType])] = &[("T", &[DType::I32]), ("Tidx", types::INDEX)];
 const ARG_TYPES: &[(&str, &[DType])] = &[("T", types::F32), ("Tidx", types::INDEX), ("output_type", types::INDEX)];
 
 pub const KERNELS: &[KernelDef] = &[
@@ -36,6 +42,7 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("Max", T_TIDX, |a| build(a, ReduceOp::Max)).host_memory(&["reduction_indices"]),
     KernelDef::new("Min", T_TIDX, |a| build(a, ReduceOp::Min)).host_memory(&["reduction_indices"]),
     KernelDef::new("Prod", T_TIDX, |a| build(a, ReduceOp::Prod)).host_memory(&["reduction_indices"]),
+    KernelDef::new("Prod", I32_TIDX, |a| build(a, ReduceOp::Prod)).host_memory(&["input", "reduction_indices", "output"]),
     KernelDef::new("All", TIDX, |a| build(a, ReduceOp::All)).host_memory(&["reduction_indices"]),
     KernelDef::new("Any", TIDX, |a| build(a, ReduceOp::Any)).host_memory(&["reduction_indices"]),
     KernelDef::new("ArgMax", ARG_TYPES, |_| Ok(Box::new(ArgKernel { max: true }))).host_memory(&["dimension"]),
@@ -112,6 +119,7 @@ impl Kernel for ReduceKernel {
             ReduceOp::Mean => plan.run::<MeanR>(input.data()?, out.data_mut()?),
             ReduceOp::Max => plan.run::<MaxR>(input.data()?, out.data_mut()?),
             ReduceOp::Min => plan.run::<MinR>(input.data()?, out.data_mut()?),
+            ReduceOp::Prod if input.dtype() == DType::I32 => plan.run::<ProdI32R>(input.data()?, out.data_mut()?),
             ReduceOp::Prod => plan.run::<ProdR>(input.data()?, out.data_mut()?),
             ReduceOp::All => plan.run::<AllR>(input.data()?, out.data_mut()?),
             ReduceOp::Any => plan.run::<AnyR>(input.data()?, out.data_mut()?),
@@ -329,6 +337,18 @@ impl Reducer for ProdR {
     #[inline(always)]
     fn combine(acc: f32, x: f32) -> f32 {
         acc * x
+    }
+}
+
+/// Wrapping multiplication is associative and commutative modulo 2³², so
+/// any grouping gives the CPU kernel's result exactly.
+struct ProdI32R;
+impl Reducer for ProdI32R {
+    type T = i32;
+    const IDENTITY: i32 = 1;
+    #[inline(always)]
+    fn combine(acc: i32, x: i32) -> i32 {
+        acc.wrapping_mul(x)
     }
 }
 
@@ -827,6 +847,50 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn int32_prod_is_exact_and_wraps() {
+        let kernel = ReduceKernel { op: ReduceOp::Prod, keep_dims: false };
+        for &(shape, axes) in CASES {
+            let len: usize = shape.iter().product();
+            // Small factors (exact in f64) and, in the longer rows, overflow.
+            let input: Vec<i32> = values(len, 10).iter().map(|&v| (v * 2.0).round() as i32 + if v > 1.9 { 40_000 } else { 0 }).collect();
+            let x = Tensor::from_vec(shape, input.clone()).unwrap();
+            let a = Tensor::from_vec(&[axes.len()], axes.to_vec()).unwrap();
+            let out = LocalContext::run(&kernel, vec![x, a], &[DType::I32]).unwrap().remove(0);
+            // Reference in i64 wrapping, reduced in input order.
+            let want: Vec<i32> = reference_i64_prod(shape, axes, &input);
+            assert_eq!(out.to_vec::<i32>().unwrap(), want, "{shape:?} {axes:?}");
+        }
+        let x = Tensor::from_vec(&[3], vec![65_536, 65_536, 3]).unwrap();
+        let a = Tensor::from_vec(&[1], vec![0i64]).unwrap();
+        let out = LocalContext::run(&kernel, vec![x, a], &[DType::I32]).unwrap().remove(0);
+        assert_eq!(out.to_vec::<i32>().unwrap(), [0]);
+        let x = Tensor::from_vec::<i32>(&[0, 4], vec![]).unwrap();
+        let a = Tensor::from_vec(&[1], vec![0i32]).unwrap();
+        assert_eq!(LocalContext::run(&kernel, vec![x, a], &[DType::I32]).unwrap()[0].to_vec::<i32>().unwrap(), [1; 4]);
+    }
+
+    fn reference_i64_prod(shape: &[usize], axes: &[i64], input: &[i32]) -> Vec<i32> {
+        let rank = shape.len();
+        let reduced: Vec<bool> =
+            (0..rank).map(|i| axes.iter().any(|&a| (if a < 0 { a + rank as i64 } else { a }) as usize == i)).collect();
+        let out_len: usize = (0..rank).filter(|&i| !reduced[i]).map(|i| shape[i]).product();
+        let mut out = vec![1i32; out_len];
+        for (flat, &x) in input.iter().enumerate() {
+            let (mut rest, mut o, mut scale) = (flat, 0, 1);
+            for i in (0..rank).rev() {
+                let index = rest % shape[i];
+                rest /= shape[i];
+                if !reduced[i] {
+                    o += index * scale;
+                    scale *= shape[i];
+                }
+            }
+            out[o] = (i64::from(out[o]) * i64::from(x)) as i32;
+        }
+        out
     }
 
     #[test]

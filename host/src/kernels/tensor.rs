@@ -251,6 +251,30 @@ impl Tensor {
         })
     }
 
+    /// The raw bytes, whatever the dtype (`Bitcast`).
+    pub fn bytes(&self) -> &[u8] {
+        match self.data {
+            None => &[],
+            // SAFETY: per `from_raw`'s contract `data` holds
+            // `len * dtype.size()` initialised bytes alive as long as
+            // `self`; `u8` needs no alignment.
+            Some(data) => unsafe { std::slice::from_raw_parts(data.as_ptr(), self.len * self.dtype.size()) },
+        }
+    }
+
+    /// The raw bytes of a fresh output, for writing.
+    pub fn bytes_mut(&mut self) -> Result<&mut [u8], Error> {
+        if !self.writable {
+            return Err(Error::Internal("a kernel tried to write one of its inputs".into()));
+        }
+        Ok(match self.data {
+            None => &mut [],
+            // SAFETY: as in `bytes`; a writable tensor's bytes are ours
+            // alone and `&mut self` makes the slice unique.
+            Some(data) => unsafe { std::slice::from_raw_parts_mut(data.as_ptr(), self.len * self.dtype.size()) },
+        })
+    }
+
     /// The single element of a scalar (or one-element) tensor.
     pub fn scalar<T: Element>(&self) -> Result<T, Error> {
         match self.data::<T>()? {

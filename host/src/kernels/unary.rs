@@ -1,6 +1,6 @@
 //! Elementwise unary ops (float32 unless noted), the activation gradients,
 //! the predicates (`IsNan`, `IsFinite` → bool), `LogicalNot`, `ZerosLike`/
-//! `OnesLike` and `Cast`.
+//! `OnesLike`, `Cast` and `Bitcast`.
 //!
 //! Every op is one monomorphised loop over contiguous slices (the op is
 //! chosen once per call); large tensors are split across the compute pool by
@@ -19,7 +19,8 @@
 //! results agree to a relative ~1e-6 (more where `exp(x) - 1` cancels).
 //!
 //! `Cast` float → int follows TensorFlow on x86: truncation toward zero, and
-//! NaN or out-of-range values become the integer minimum.
+//! NaN or out-of-range values become the integer minimum. int64 → int32
+//! keeps the low 32 bits, as C++'s `static_cast` does.
 
 use super::binary::{check_len, fill_chunked};
 use super::shape::ShapeDisplay;
@@ -40,6 +41,14 @@ macro_rules! grad {
 
 const CAST_TO_F32: &[(&str, &[DType])] = &[("SrcT", &[DType::F32, DType::I32, DType::I64, DType::Bool]), ("DstT", &[DType::F32])];
 const CAST_FROM_F32: &[(&str, &[DType])] = &[("SrcT", &[DType::F32]), ("DstT", &[DType::I32, DType::I64, DType::Bool])];
+/// The integer casts Keras runs on the device: int32 constants widened for
+/// the int64 step counter, and the int64 seed-generator state narrowed to
+/// the int32 seed the stateless random ops take.
+const CAST_I32_TO_I64: &[(&str, &[DType])] = &[("SrcT", &[DType::I32]), ("DstT", &[DType::I64])];
+const CAST_I64_TO_I32: &[(&str, &[DType])] = &[("SrcT", &[DType::I64]), ("DstT", &[DType::I32])];
+/// float32 → int32 `Bitcast`: Keras' train step reads the bits of a
+/// float32 output to check it for NaN/Inf.
+const BITCAST_F32_TO_I32: &[(&str, &[DType])] = &[("T", &[DType::F32]), ("type", &[DType::I32])];
 
 pub const KERNELS: &[KernelDef] = &[
     unary!("Neg", UnaryOp::Neg),
@@ -75,6 +84,9 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("LogicalNot", &[], |_| Ok(Box::new(PredicateKernel { op: Predicate::LogicalNot }))),
     KernelDef::new("Cast", CAST_TO_F32, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
     KernelDef::new("Cast", CAST_FROM_F32, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
+    KernelDef::new("Cast", CAST_I32_TO_I64, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
+    KernelDef::new("Cast", CAST_I64_TO_I32, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
+    KernelDef::new("Bitcast", BITCAST_F32_TO_I32, |attrs| Ok(Box::new(BitcastKernel::new(attrs)?))),
     grad!("ReluGrad", GradOp::Relu),
     grad!("Relu6Grad", GradOp::Relu6),
     grad!("EluGrad", GradOp::Elu),
@@ -369,7 +381,8 @@ impl Kernel for PredicateKernel {
 
 // -------------------------------------------------------------------- Cast
 
-/// `Cast` between float32 and int32/int64/bool (one side float32).
+/// `Cast` between float32 and int32/int64/bool (one side float32), and
+/// between int32 and int64.
 #[derive(Debug)]
 struct CastKernel {
     src: DType,
@@ -381,7 +394,10 @@ impl CastKernel {
         let (src, dst) = (attrs.dtype("SrcT")?, attrs.dtype("DstT")?);
         let supported = matches!(
             (src, dst),
-            (DType::F32 | DType::I32 | DType::I64 | DType::Bool, DType::F32) | (DType::F32, DType::I32 | DType::I64 | DType::Bool)
+            (DType::F32 | DType::I32 | DType::I64 | DType::Bool, DType::F32)
+                | (DType::F32, DType::I32 | DType::I64 | DType::Bool)
+                | (DType::I32, DType::I64)
+                | (DType::I64, DType::I32)
         );
         if supported {
             Ok(CastKernel { src, dst })
@@ -434,8 +450,67 @@ impl Kernel for CastKernel {
             (DType::F32, DType::I32) => cast(&x, &mut out, f32_to_i32),
             (DType::F32, DType::I64) => cast(&x, &mut out, f32_to_i64),
             (DType::F32, DType::Bool) => cast(&x, &mut out, |v: f32| TfBool((v != 0.0) as u8)),
+            (DType::I32, DType::I64) => cast(&x, &mut out, |v: i32| i64::from(v)),
+            (DType::I64, DType::I32) => cast(&x, &mut out, |v: i64| v as i32),
             (src, dst) => Err(Error::InvalidArgument(format!("Cast: tfwasm has no kernel from {src} to {dst}"))),
         }
+    }
+}
+
+// ----------------------------------------------------------------- Bitcast
+
+/// `Bitcast`: the same bytes seen as another type. Element sizes that
+/// differ change the last dimension, as in TensorFlow: a wider source gains
+/// a last dimension of `src / dst` elements, a narrower one loses a last
+/// dimension that must be `dst / src`.
+#[derive(Debug)]
+struct BitcastKernel {
+    src: DType,
+    dst: DType,
+}
+
+impl BitcastKernel {
+    fn new(attrs: &dyn Attrs) -> Result<Self, Error> {
+        Ok(BitcastKernel { src: attrs.dtype("T")?, dst: attrs.dtype("type")? })
+    }
+}
+
+/// The output shape of a `Bitcast` of `shape` from `src` to `dst`.
+fn bitcast_shape(shape: &[usize], src: DType, dst: DType) -> Result<Vec<usize>, Error> {
+    let (from, to) = (src.size(), dst.size());
+    let mut out = shape.to_vec();
+    if from > to {
+        out.push(from / to);
+    } else if from < to {
+        if shape.last() != Some(&(to / from)) {
+            return Err(Error::InvalidArgument(format!(
+                "Bitcast: Cannot bitcast from {src} to {dst}: shape {} does not end in a dimension of {}",
+                ShapeDisplay(shape),
+                to / from
+            )));
+        }
+        out.pop();
+    }
+    Ok(out)
+}
+
+impl Kernel for BitcastKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        expect_inputs("Bitcast", ctx, 1)?;
+        let x = ctx.input(0)?;
+        if x.dtype() != self.src {
+            return Err(Error::Internal(format!("Bitcast: a {} input for T={}", x.dtype(), self.src)));
+        }
+        let mut out = ctx.allocate_output(0, &bitcast_shape(x.shape(), self.src, self.dst)?)?;
+        let (src, dst) = (x.bytes(), out.bytes_mut()?);
+        if src.len() != dst.len() {
+            return Err(Error::Internal(format!("Bitcast: {} bytes into {}", src.len(), dst.len())));
+        }
+        // A copy, not an alias: TensorFlow's CPU kernel shares the buffer,
+        // but the C API cannot hand back an input under another type; the
+        // tensors this runs on are small.
+        dst.copy_from_slice(src);
+        Ok(())
     }
 }
 
@@ -834,8 +909,8 @@ mod tests {
         }
         fn dtype(&self, name: &str) -> Result<DType, Error> {
             match name {
-                "SrcT" => Ok(self.0),
-                "DstT" => Ok(self.1),
+                "SrcT" | "T" => Ok(self.0),
+                "DstT" | "type" => Ok(self.1),
                 _ => Err(Error::Internal(format!("no attribute {name}"))),
             }
         }
@@ -848,8 +923,43 @@ mod tests {
                 assert!((def.build)(&CastAttrs(combo[0].1, combo[1].1)).is_ok(), "{combo:?}");
             }
         }
-        assert!(CastKernel::new(&CastAttrs(DType::I32, DType::I64)).is_err());
+        assert!(CastKernel::new(&CastAttrs(DType::I32, DType::Bool)).is_err());
         assert!(CastKernel::new(&CastAttrs(DType::F64, DType::F32)).is_err());
+    }
+
+    #[test]
+    fn integer_casts_widen_and_keep_the_low_bits() {
+        let cast = |src, dst, x: Tensor| {
+            let kernel = CastKernel::new(&CastAttrs(src, dst)).unwrap();
+            LocalContext::run(&kernel, vec![x], &[dst]).unwrap().remove(0)
+        };
+        let wide = cast(DType::I32, DType::I64, Tensor::from_vec(&[2, 2], vec![0, -1, i32::MAX, i32::MIN]).unwrap());
+        assert_eq!(wide.shape(), &[2, 2]);
+        assert_eq!(wide.to_vec::<i64>().unwrap(), [0, -1, 2_147_483_647, -2_147_483_648]);
+        let narrow = cast(DType::I64, DType::I32, Tensor::from_vec(&[5], vec![7i64, -7, 1 << 32, (1 << 32) + 5, -(1 << 31) - 1]).unwrap());
+        assert_eq!(narrow.to_vec::<i32>().unwrap(), [7, -7, 0, 5, i32::MAX]);
+        let empty = cast(DType::I64, DType::I32, Tensor::from_vec::<i64>(&[0, 3], vec![]).unwrap());
+        assert_eq!(empty.shape(), &[0, 3]);
+    }
+
+    #[test]
+    fn bitcast_copies_bits_and_reshapes_the_last_dimension() {
+        let kernel = BitcastKernel::new(&CastAttrs(DType::F32, DType::I32)).unwrap();
+        let x = Tensor::from_vec(&[1, 3], vec![1.0f32, -0.0, f32::NAN]).unwrap();
+        let out = LocalContext::run(&kernel, vec![x], &[DType::I32]).unwrap();
+        assert_eq!(out[0].shape(), &[1, 3]);
+        let bits: Vec<u32> = out[0].to_vec::<i32>().unwrap().iter().map(|&v| v as u32).collect();
+        assert_eq!(bits, [0x3f80_0000, 0x8000_0000, f32::NAN.to_bits()]);
+        let x = Tensor::from_vec::<f32>(&[0, 7], vec![]).unwrap();
+        assert_eq!(LocalContext::run(&kernel, vec![x], &[DType::I32]).unwrap()[0].shape(), &[0, 7]);
+
+        assert_eq!(bitcast_shape(&[2, 3], DType::I64, DType::I32).unwrap(), [2, 3, 2]);
+        assert_eq!(bitcast_shape(&[], DType::F64, DType::U8).unwrap(), [8]);
+        assert_eq!(bitcast_shape(&[3, 2], DType::I32, DType::I64).unwrap(), [3]);
+        assert_eq!(bitcast_shape(&[4], DType::F32, DType::I32).unwrap(), [4]);
+        let error = bitcast_shape(&[3, 3], DType::I32, DType::I64).unwrap_err();
+        assert!(matches!(error, Error::InvalidArgument(_)), "{error}");
+        assert!(bitcast_shape(&[], DType::I32, DType::I64).is_err());
     }
 
     #[test]
