@@ -240,10 +240,18 @@ def test_int32_add_under_wasm_scope(tf):
     np.testing.assert_array_equal(result.numpy(), a * 2)
 
 
-def test_int64_add_falls_back_to_cpu(tf):
-    # Neither we nor TensorFlow's DEVICE_DEFAULT kernels cover int64 AddV2:
-    # the op must quietly run on the CPU, with the right values.
+def test_int64_add_runs_on_wasm(tf):
+    # The optimizer's int64 step counter: values beyond 32 bits, on WASM.
     a = np.array([[3, -4, 5]], np.int64) << 40
+    result = tf.constant(a) + tf.constant(a)
+    assert result.device.endswith("WASM:0"), result.device
+    np.testing.assert_array_equal(result.numpy(), a + a)
+
+
+def test_int16_add_falls_back_to_cpu(tf):
+    # Neither we nor TensorFlow's DEVICE_DEFAULT kernels cover int16 AddV2:
+    # the op must quietly run on the CPU, with the right values.
+    a = np.array([[3, -4, 5]], np.int16) << 12
     result = tf.constant(a) + tf.constant(a)
     assert result.device.endswith("CPU:0"), result.device
     np.testing.assert_array_equal(result.numpy(), a + a)
