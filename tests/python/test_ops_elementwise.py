@@ -11,21 +11,12 @@ hence the absolute part).
 import numpy as np
 import pytest
 
-from tfwasm_support import WASM, on_wasm, run_on_wasm
+from tfwasm_support import WASM, binary_shapes, on_wasm, run_on_wasm
 from tfwasm_support import random_data as data
 
 CPU = "/device:CPU:0"
+BINARY_SHAPES = binary_shapes()
 RTOL, ATOL = 1e-5, 1e-6
-
-BINARY_SHAPES = [
-    pytest.param([0, 3], [1, 3], id="empty-broadcast"),
-    pytest.param([1, 1], [1, 1], id="1x1"),
-    pytest.param([7, 13], [7, 13], id="primes"),
-    pytest.param([3, 1, 5], [4, 1], id="broadcast-3d"),
-    pytest.param([], [2, 3], id="scalar-left"),
-    pytest.param([3, 1], [1, 4], id="outer"),
-    pytest.param([301, 257], [257], id="large-row"),
-]
 
 UNARY_SHAPES = [
     pytest.param([0, 4], id="empty"),

@@ -231,6 +231,23 @@ def subprocess_env(extra: dict | None = None, policy_path: Path | None = None) -
 WASM = "/device:WASM:0"
 
 
+def binary_shapes():
+    """Operand shape pairs for elementwise binary op tests, as pytest params:
+    0-size with broadcasting, 1×1, primes, 3-D broadcasting, a scalar, an
+    outer product and one large enough for the compute pool."""
+    import pytest
+
+    return [
+        pytest.param([0, 3], [1, 3], id="empty-broadcast"),
+        pytest.param([1, 1], [1, 1], id="1x1"),
+        pytest.param([7, 13], [7, 13], id="primes"),
+        pytest.param([3, 1, 5], [4, 1], id="broadcast-3d"),
+        pytest.param([], [2, 3], id="scalar-left"),
+        pytest.param([3, 1], [1, 4], id="outer"),
+        pytest.param([301, 257], [257], id="large-row"),
+    ]
+
+
 def random_data(shape, seed, scale=3.0):
     """float32 values with both signs and fractional parts, so a wrong kernel shows."""
     import numpy as np
