@@ -4,8 +4,8 @@ Prints, in one run:
 
 (a) eager tiny-op latency: the median time of one ``a + b`` (AddV2 on a [4]
     float32 tensor), on the plugin device and on the CPU, and WASM ÷ CPU;
-(b) MatMul throughput on 1024×1024 float32 (GFLOP/s), plugin device and CPU,
-    and WASM ÷ CPU;
+(b) MatMul throughput on 1024×1024 float32 (GFLOP/s), plugin device and CPU
+    in alternating samples, and WASM ÷ CPU;
 (c) the same for 2048×2048 when the 1024 run says it will be quick;
 (d) Keras MLP train-step time (784→512→256→10, batch 128) and
 (e) small-CNN train-step time (Conv2D+MaxPool ×2, Dropout, Dense; batch 64):
@@ -49,16 +49,6 @@ def load_tensorflow():
     return tf
 
 
-def median_seconds(run_batch, batches: int, per_batch: int) -> float:
-    """Median over ``batches`` of (time of one batch ÷ ``per_batch``)."""
-    samples = []
-    for _ in range(batches):
-        start = time.perf_counter()
-        run_batch()
-        samples.append((time.perf_counter() - start) / per_batch)
-    return statistics.median(samples)
-
-
 def place(tf, device: str, array):
     with tf.device(device):
         return tf.identity(tf.constant(array))
@@ -92,25 +82,41 @@ def tiny_op_latency(tf, devices: list[str], batches: int, per_batch: int):
     return {device: (statistics.median(samples), ran_on[-1]) for device, (_, ran_on, samples) in runs.items()}
 
 
-def matmul_throughput(tf, device: str, n: int, samples: int, per_sample: int, warmup: int):
+def matmul_throughput(tf, devices: list[str], n: int, samples: int, per_sample: int, warmup: int):
+    """GFLOP/s of an n×n MatMul on each device: medians over ``samples``
+    batches that alternate between the devices, so drift on a shared machine
+    hits both alike."""
     import numpy as np
 
     rng = np.random.default_rng(n)
-    a = place(tf, device, rng.standard_normal([n, n]).astype(np.float32))
-    b = place(tf, device, rng.standard_normal([n, n]).astype(np.float32))
-    ran_on = []
+    a_host = rng.standard_normal([n, n]).astype(np.float32)
+    b_host = rng.standard_normal([n, n]).astype(np.float32)
+    runs = {}
+    for device in devices:
+        a, b = place(tf, device, a_host), place(tf, device, b_host)
+        ran_on = []
 
-    def batch():
-        with tf.device(device):
-            for _ in range(per_sample):
-                c = tf.linalg.matmul(a, b)
-        c.numpy()
-        ran_on.append(c.device)
+        def batch(device=device, a=a, b=b, ran_on=ran_on):
+            with tf.device(device):
+                for _ in range(per_sample):
+                    c = tf.linalg.matmul(a, b)
+            c.numpy()
+            ran_on.append(c.device)
 
+        runs[device] = (batch, ran_on, [])
     for _ in range(warmup):
-        batch()
-    seconds = median_seconds(batch, samples, per_sample)
-    return 2.0 * n**3 / seconds / 1e9, seconds, ran_on[-1]
+        for batch, _, _ in runs.values():
+            batch()
+    for _ in range(samples):
+        for batch, _, seconds in runs.values():
+            start = time.perf_counter()
+            batch()
+            seconds.append((time.perf_counter() - start) / per_sample)
+    result = {}
+    for device, (_, ran_on, seconds) in runs.items():
+        median = statistics.median(seconds)
+        result[device] = (2.0 * n**3 / median / 1e9, median, ran_on[-1])
+    return result
 
 
 def train_step_ratio(model: str, rounds: int, steps: int, device_type: str):
@@ -184,8 +190,8 @@ def main() -> int:
             if estimate > args.budget:
                 print(f"({label}) MatMul {n}x{n}: skipped (about {estimate:.0f} s expected, budget {args.budget:.0f} s)")
                 break
-        wasm_gflops, wasm_s, wasm_on = matmul_throughput(tf, plugin, n, args.samples, 1, args.warmup)
-        cpu_gflops, cpu_s, cpu_on = matmul_throughput(tf, cpu, n, args.samples, 1, args.warmup)
+        throughput = matmul_throughput(tf, [plugin, cpu], n, args.samples, 1, args.warmup)
+        (wasm_gflops, wasm_s, wasm_on), (cpu_gflops, cpu_s, cpu_on) = throughput[plugin], throughput[cpu]
         seconds_1024 = seconds_1024 or wasm_s + cpu_s
         print(f"({label}) MatMul {n}x{n} float32, throughput")
         print(f"    {device_type:<5} {wasm_gflops:8.2f} GFLOP/s  ({wasm_s * 1e3:8.2f} ms/op, ran on {short(wasm_on)})")
