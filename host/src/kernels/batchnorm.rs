@@ -164,7 +164,7 @@ impl Rows {
             return;
         }
         if self.parallel {
-            pool::install(|| out.par_chunks_mut(chunk_len).enumerate().for_each(|(t, c)| f(t * self.chunk, c)));
+            pool::for_each_chunk_mut(out, chunk_len, |t, c| f(t * self.chunk, c));
         } else {
             out.chunks_mut(chunk_len).enumerate().for_each(|(t, c)| f(t * self.chunk, c));
         }

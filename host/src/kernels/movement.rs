@@ -19,8 +19,6 @@
 //! StopGradient, Shape, ShapeN, Size, Rank and BroadcastGradientArgs, so
 //! those are not registered here. ZerosLike/OnesLike belong to `unary`.
 
-use rayon::prelude::*;
-
 use super::pool;
 use super::shape::{element_count, Broadcast, ShapeDisplay};
 use super::{expect_inputs, types, Attrs, DType, Element, FnKernel, Kernel, KernelDef, OpContext, Tensor, TfBool};
@@ -92,9 +90,7 @@ fn par_rows<T: Send>(out: &mut [T], row_len: usize, work: impl Fn(usize, &mut [T
         return;
     }
     let chunk_rows = rows.div_ceil(threads * CHUNKS_PER_THREAD).max((16 * 1024usize).div_ceil(row_len));
-    pool::install(|| {
-        out.par_chunks_mut(chunk_rows * row_len).enumerate().for_each(|(i, chunk)| work(i * chunk_rows, chunk));
-    });
+    pool::for_each_chunk_mut(out, chunk_rows * row_len, |i, chunk| work(i * chunk_rows, chunk));
 }
 
 /// Row-major strides of `shape`.

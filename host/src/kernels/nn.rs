@@ -128,9 +128,7 @@ fn for_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync)
         return;
     }
     let rows_per_task = (MIN_TASK_ELEMENTS / width).max(rows.div_ceil(threads * 4)).max(1);
-    pool::install(|| {
-        out.par_chunks_mut(rows_per_task * width).enumerate().for_each(|(i, chunk)| f(i * rows_per_task, chunk));
-    });
+    pool::for_each_chunk_mut(out, rows_per_task * width, |i, chunk| f(i * rows_per_task, chunk));
 }
 
 // ------------------------------------------------------ Softmax, LogSoftmax

@@ -92,7 +92,8 @@ pub fn install<R: Send>(work: impl FnOnce() -> R + Send) -> R {
 /// done) computes too: it starts at once, needs one worker fewer, and only
 /// waits if a worker is still inside its last chunk. Chunks are handed out
 /// one at a time, so a worker that wakes late simply takes fewer. On a
-/// two-core machine this halved the context switches of a Keras MLP step.
+/// two-core machine this cut the voluntary context switches of a Keras MLP
+/// step by 20–25%.
 pub fn for_each_chunk_mut<T, F>(out: &mut [T], chunk_len: usize, work: F)
 where
     T: Send,

@@ -22,7 +22,6 @@
 //! host memory; `key` and `counter` are read from device memory (which is
 //! host-addressable).
 
-use rayon::prelude::*;
 
 use super::pool;
 use super::shape::{element_count, ShapeDisplay};
@@ -221,9 +220,7 @@ impl Distribution {
         }
         // Chunks are whole groups so each starts at a group boundary.
         let chunk = (out.len().div_ceil(pool::threads() * 4).max(1024)).next_multiple_of(4);
-        pool::install(|| {
-            out.par_chunks_mut(chunk).enumerate().for_each(|(i, part)| self.fill_range(gen, i * chunk / 4, part));
-        });
+        pool::for_each_chunk_mut(out, chunk, |i, part| self.fill_range(gen, i * chunk / 4, part));
     }
 }
 

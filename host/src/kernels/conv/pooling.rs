@@ -12,7 +12,6 @@
 //! strictly greater one replaces it, so ties send the gradient to the first
 //! maximum. Images are independent and spread over the compute pool.
 
-use rayon::prelude::*;
 
 use super::{check_nhwc, four, invalid, rank4, shape_arg, unimplemented, Padding, Window};
 use crate::error::Error;
@@ -185,7 +184,7 @@ impl PoolGeom {
             return;
         }
         if self.parallel() {
-            pool::install(|| data.par_chunks_mut(image_len).enumerate().for_each(|(i, c)| f(i, c)));
+            pool::for_each_chunk_mut(data, image_len, f);
         } else {
             data.chunks_mut(image_len).enumerate().for_each(|(i, c)| f(i, c));
         }
