@@ -54,69 +54,51 @@ def place(tf, device: str, array):
         return tf.identity(tf.constant(array))
 
 
-def tiny_op_latency(tf, devices: list[str], batches: int, per_batch: int):
-    """Median seconds per ``a + b`` on each device. Batches alternate between
-    the devices, so drift on a shared machine hits both alike."""
-    import numpy as np
-
+def alternating_medians(tf, devices: list[str], inputs, op, batches: int, per_batch: int, warmup: int):
+    """Median seconds per ``op(*inputs)`` on each device, with the inputs
+    placed there first, and the device the last result landed on. Batches
+    alternate between the devices, so drift on a shared machine hits both
+    alike; each batch ends with a device→host copy of its last result."""
     runs = {}
     for device in devices:
-        a = place(tf, device, np.array([1.0, 2.0, 3.0, 4.0], np.float32))
-        b = place(tf, device, np.array([0.5, 0.25, 0.125, 2.0], np.float32))
+        placed = [place(tf, device, array) for array in inputs]
         ran_on = []
 
-        def batch(device=device, a=a, b=b, ran_on=ran_on):
+        def batch(device=device, placed=placed, ran_on=ran_on):
             with tf.device(device):
                 for _ in range(per_batch):
-                    c = a + b
-            c.numpy()
-            ran_on.append(c.device)
+                    result = op(*placed)
+            result.numpy()
+            ran_on.append(result.device)
 
-        batch()  # warm up: kernel lookup, first allocations
         runs[device] = (batch, ran_on, [])
+    for _ in range(warmup):  # kernel lookup, first allocations
+        for batch, _, _ in runs.values():
+            batch()
     for _ in range(batches):
-        for device, (batch, _, samples) in runs.items():
+        for batch, _, samples in runs.values():
             start = time.perf_counter()
             batch()
             samples.append((time.perf_counter() - start) / per_batch)
     return {device: (statistics.median(samples), ran_on[-1]) for device, (_, ran_on, samples) in runs.items()}
 
 
+def tiny_op_latency(tf, devices: list[str], batches: int, per_batch: int):
+    """Median seconds per ``a + b`` (AddV2 on [4] float32) on each device."""
+    import numpy as np
+
+    inputs = [np.array([1.0, 2.0, 3.0, 4.0], np.float32), np.array([0.5, 0.25, 0.125, 2.0], np.float32)]
+    return alternating_medians(tf, devices, inputs, lambda a, b: a + b, batches, per_batch, warmup=1)
+
+
 def matmul_throughput(tf, devices: list[str], n: int, samples: int, per_sample: int, warmup: int):
-    """GFLOP/s of an n×n MatMul on each device: medians over ``samples``
-    batches that alternate between the devices, so drift on a shared machine
-    hits both alike."""
+    """(GFLOP/s, seconds per op, device) of an n×n MatMul on each device."""
     import numpy as np
 
     rng = np.random.default_rng(n)
-    a_host = rng.standard_normal([n, n]).astype(np.float32)
-    b_host = rng.standard_normal([n, n]).astype(np.float32)
-    runs = {}
-    for device in devices:
-        a, b = place(tf, device, a_host), place(tf, device, b_host)
-        ran_on = []
-
-        def batch(device=device, a=a, b=b, ran_on=ran_on):
-            with tf.device(device):
-                for _ in range(per_sample):
-                    c = tf.linalg.matmul(a, b)
-            c.numpy()
-            ran_on.append(c.device)
-
-        runs[device] = (batch, ran_on, [])
-    for _ in range(warmup):
-        for batch, _, _ in runs.values():
-            batch()
-    for _ in range(samples):
-        for batch, _, seconds in runs.values():
-            start = time.perf_counter()
-            batch()
-            seconds.append((time.perf_counter() - start) / per_sample)
-    result = {}
-    for device, (_, ran_on, seconds) in runs.items():
-        median = statistics.median(seconds)
-        result[device] = (2.0 * n**3 / median / 1e9, median, ran_on[-1])
-    return result
+    inputs = [rng.standard_normal([n, n]).astype(np.float32) for _ in range(2)]
+    medians = alternating_medians(tf, devices, inputs, tf.linalg.matmul, samples, per_sample, warmup)
+    return {device: (2.0 * n**3 / seconds / 1e9, seconds, ran_on) for device, (seconds, ran_on) in medians.items()}
 
 
 def train_step_ratio(model: str, rounds: int, steps: int, device_type: str):
