@@ -240,6 +240,27 @@ def test_add_n(tf, mode, count, shape):
     check_same(tf, mode, lambda *p: tf.add_n(list(p)), *parts)
 
 
+def test_add_n_of_large_tensors_in_a_function(tf):
+    """Grappler's memory optimizer rewrites an AddN of more than two inputs
+    into reference-typed TemporaryVariable/Assign/AssignAdd ops, which have
+    no WASM kernels, once it estimates the graph's peak memory above 80% of
+    a device limit (the CPU's 256 MB counts). The plugin turns that rewrite
+    off; without that this program fails with "No registered 'Assign'
+    OpKernel for 'WASM' devices"."""
+    n = 16_000_000  # 64 MB per tensor; six of them live at the peak
+    with tf.device(WASM):
+        a = tf.random.stateless_uniform([n], seed=[1, 2])
+        b, c = a + 1.0, a * 0.5
+
+        @tf.function
+        def sums(a, b, c):
+            return tf.add_n([a * 2.0, b * 3.0, c * 4.0])
+
+        got = sums(a, b, c)
+    assert on_wasm(got), got.device
+    np.testing.assert_allclose(got.numpy(), a.numpy() * 2.0 + b.numpy() * 3.0 + c.numpy() * 4.0, rtol=1e-6)
+
+
 @pytest.mark.parametrize("shape,target", [([3, 1], [2, 3, 4]), ([], [0, 4]), ([5], [300, 5]), ([1, 7], [1, 7])])
 def test_broadcast_to(tf, mode, shape, target):
     check_same(tf, mode, lambda t: tf.broadcast_to(t, target), data(shape, 7))

@@ -77,15 +77,31 @@ pub unsafe extern "C" fn TF_InitGraph(params: *mut TP_OptimizerRegistrationParam
         params.patch_version = GO_PATCH;
         params.device_type = device_type.as_ptr();
         // SAFETY: checked non-null above; TensorFlow owns these structs for the
-        // call and expects us to fill them in. Every TF_TriState stays
-        // `Default`: TensorFlow's own passes run as they would without us.
+        // call and expects us to fill them in.
         unsafe {
-            *params.optimizer_configs = TP_OptimizerConfigs::default();
+            *params.optimizer_configs = plugin_optimizer_configs();
             *params.optimizer = TP_Optimizer { optimize_func: Some(optimize_func), ..Default::default() };
         }
         params.struct_size = TP_OPTIMIZER_REGISTRATION_PARAMS_STRUCT_SIZE;
         Ok(())
     });
+}
+
+/// Which of TensorFlow's own grappler passes stay on while this plugin is
+/// loaded: all of them (`Default`) but the memory optimizer.
+///
+/// When grappler's memory optimizer estimates a graph's peak memory above
+/// 80% of a device's limit, it rewrites every `AddN` with more than two
+/// inputs into a `TemporaryVariable` + `Assign` + `AssignAdd` +
+/// `DestroyTemporaryVariable` chain on the `AddN`'s device. Those are
+/// reference-typed ops: the C kernel API cannot implement them, so on our
+/// device the rewritten graph fails with "No registered 'Assign' OpKernel
+/// for 'WASM' devices" (measured with TF 2.21: `tf.add_n` of three 80 MB
+/// tensors in a `tf.function`). TensorFlow applies a plugin's settings to
+/// every graph of the process, so the CPU device loses this rewrite too; it
+/// only trades speed for peak memory, the result is the same.
+fn plugin_optimizer_configs() -> TP_OptimizerConfigs {
+    TP_OptimizerConfigs { memory_optimization: TF_TriState::TF_TriState_Off, ..TP_OptimizerConfigs::default() }
 }
 
 /// A device type no device has, new on each call: TensorFlow keys optimizers
