@@ -184,3 +184,27 @@ cpu_check()
     assert results["wasm"] == "1", run.describe()
     assert results["cpu"].startswith("2.0@"), run.describe()
     assert "loaded twice" in run.stderr, run.describe()
+
+
+def test_recurrent_layer_with_defaults(run_tf):
+    """A jit step keeps `tf.while_loop` functional (XLA would compile it),
+    and once it runs without XLA the loop body runs on WASM alone, without
+    the CPU fallback: every op of the body needs a WASM kernel. A GRU's
+    body splits its gates (Split), so Keras' defaults train it on WASM."""
+    run = run_tf(
+        """
+import keras
+
+keras.utils.set_random_seed(7)
+x = np.random.default_rng(7).random((48, 10, 4), dtype=np.float32)
+y = np.random.default_rng(8).integers(0, 3, 48)
+model = keras.Sequential([keras.Input((10, 4)), keras.layers.GRU(6), keras.layers.Dense(3)])
+model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+result("jit", model.jit_compile)
+losses = model.fit(x, y, batch_size=16, epochs=2, verbose=0).history["loss"]
+result("loss", ",".join(str(v) for v in losses))
+result("kernel", model.layers[0].weights[0].value.device)
+"""
+    )
+    assert run.returncode == 0, run.describe()
+    assert_trained(run)

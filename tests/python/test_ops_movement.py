@@ -428,3 +428,39 @@ def test_keras_initializers_and_dropout_match_cpu(tf):
     with tf.device(WASM):
         got = dropped()
     np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+# ------------------------------------------------------------ split, split_v
+
+
+@pytest.mark.parametrize(
+    "shape,parts,axis",
+    [([6, 4], 2, 0), ([6, 4], 4, 1), ([6, 4], 1, -1), ([3, 10, 5], 5, 1), ([0, 6], 3, 1), ([4, 0], 2, 0), ([1, 1], 1, 0)],
+)
+def test_split(tf, mode, shape, parts, axis):
+    check_same(tf, mode, lambda t: tf.split(t, parts, axis=axis), data(shape, 3))
+
+
+@pytest.mark.parametrize(
+    "shape,sizes,axis",
+    [([7, 3], [2, 5], 0), ([7, 3], [1, -1, 1], 1), ([2, 11, 2], [3, 0, 8], 1), ([5], [5], 0), ([0, 4], [1, 3], 1)],
+)
+def test_split_v(tf, mode, shape, sizes, axis):
+    check_same(tf, mode, lambda t: tf.split(t, sizes, axis=axis), data(shape, 4))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda tf, t: tf.split(t, 4, axis=1), id="uneven"),
+        pytest.param(lambda tf, t: tf.split(t, [2, 2], axis=1), id="sizes-do-not-add-up"),
+        pytest.param(lambda tf, t: tf.split(t, [-1, -1, 1], axis=1), id="two-inferred"),
+        pytest.param(lambda tf, t: tf.split(t, 2, axis=2), id="axis-out-of-range"),
+    ],
+)
+def test_split_errors_match_the_cpu(tf, call):
+    t = data([2, 6], 5)
+    with tf.device(CPU), pytest.raises(tf.errors.InvalidArgumentError):
+        call(tf, tf.constant(t))
+    with tf.device(WASM), pytest.raises(tf.errors.InvalidArgumentError):
+        call(tf, tf.constant(t))

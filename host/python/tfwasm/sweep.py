@@ -470,6 +470,20 @@ def unpack_cases(tf, rng):
     return [Case({"value": f32(rng, s), "num": s[axis], "axis": axis}) for s, axis in [((3, 2, 5), 0), ((3, 2, 5), 1), ((3, 2, 5), -1), ((2, 0), 0), ((1, 1), 1)]]
 
 
+def split_cases(tf, rng):
+    cases = [((6, 4), 2, 0), ((6, 4), 4, 1), ((3, 10, 5), 5, -2), ((0, 6), 3, 1), ((1, 1), 1, 0)]
+    return [Case({"axis": np.array(axis, np.int32), "value": f32(rng, s), "num_split": n}) for s, n, axis in cases]
+
+
+def split_v_cases(tf, rng):
+    cases = [((7, 3), [2, 5], 0), ((7, 3), [1, -1, 1], 1), ((2, 11, 2), [3, 0, 8], 1), ((0, 4), [1, 3], -1), ((1, 1), [1], 0)]
+    return [
+        Case({"value": f32(rng, s), "size_splits": np.array(z, t), "axis": np.array(axis, np.int32), "num_split": len(z)})
+        for s, z, axis in cases
+        for t in (np.int32, np.int64)
+    ]
+
+
 def slice_cases(tf, rng):
     cases = [((7, 13), [1, 2], [3, 4]), ((7, 13), [0, 5], [-1, -1]), ((2, 3, 5), [1, 0, 2], [1, 3, 2]), ((7, 13), [3, 3], [0, 2]), ((1, 1), [0, 0], [1, 1])]
     return [Case({"input": f32(rng, s), "begin": np.array(b, t), "size": np.array(z, t)}) for s, b, z in cases for t in (np.int32, np.int64)]
@@ -699,6 +713,8 @@ SPECS: dict[str, Spec] = {
     "ConcatV2": Spec(concat_cases, EXACT),
     "Pack": Spec(joined(pack_cases, pack_int_bool_cases), EXACT),
     "Unpack": Spec(unpack_cases, EXACT),
+    "Split": Spec(split_cases, EXACT),
+    "SplitV": Spec(split_v_cases, EXACT),
     "Slice": Spec(slice_cases, EXACT),
     "StridedSlice": Spec(joined(strided_slice_cases, strided_slice_int_cases), EXACT),
     "StridedSliceGrad": Spec(strided_slice_grad_cases, EXACT),

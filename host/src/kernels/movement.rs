@@ -41,6 +41,7 @@ const T_I32: &[(&str, &[DType])] = &[("T", &[DType::I32])];
 /// Keras packs the bool "is initialized" flags of its variables into one
 /// tensor when a model starts training.
 const T_F32_BOOL: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::Bool])];
+const SPLITV_TYPES: &[(&str, &[DType])] = &t_idx("Tlen");
 const GATHER_TYPES: &[(&str, &[DType])] =
     &[("Tparams", types::F32), ("Tindices", types::INDEX), ("Taxis", types::INDEX)];
 
@@ -50,6 +51,10 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("Pack", T_F32_BOOL, build_pack),
     KernelDef::new("Pack", T_I32, build_pack).host_memory(&["values", "output"]),
     KernelDef::new("Unpack", types::T_F32, build_unpack),
+    KernelDef::new("Split", types::T_F32, |a| Ok(Box::new(Split { num_split: a.int("num_split")?, sizes_input: false })))
+        .host_memory(&["split_dim"]),
+    KernelDef::new("SplitV", SPLITV_TYPES, |a| Ok(Box::new(Split { num_split: a.int("num_split")?, sizes_input: true })))
+        .host_memory(&["size_splits", "split_dim"]),
     KernelDef::new("Slice", INDEX_TYPES, |_| Ok(Box::new(FnKernel(slice)))).host_memory(&["begin", "size"]),
     KernelDef::new("StridedSlice", INDEX_TYPES, |a| Ok(Box::new(StridedSlice { masks: Masks::read(a)?, grad: false })))
         .host_memory(&["begin", "end", "strides"]),
@@ -565,6 +570,98 @@ impl Kernel for Unpack {
         }
         Ok(())
     }
+}
+
+// ---------------------------------------------------------------- Split, SplitV
+
+/// `Split` (`num_split` equal parts) and `SplitV` (the sizes in
+/// `size_splits`, one of them may be -1) along `split_dim`. Keras' GRU and
+/// LSTM cells split their gates this way inside the recurrence.
+struct Split {
+    num_split: i64,
+    /// SplitV: inputs are (value, size_splits, split_dim).
+    sizes_input: bool,
+}
+
+impl Kernel for Split {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        let op = if self.sizes_input { "SplitV" } else { "Split" };
+        expect_inputs(op, ctx, if self.sizes_input { 3 } else { 2 })?;
+        let (input, dim_t) = if self.sizes_input { (ctx.input(0)?, ctx.input(2)?) } else { (ctx.input(1)?, ctx.input(0)?) };
+        if dim_t.len() != 1 {
+            return Err(invalid(op, format!("split_dim must be a scalar, got shape {}", ShapeDisplay(dim_t.shape()))));
+        }
+        let shape = input.shape();
+        let r = shape.len() as i64;
+        let dim_value = dim_t.to_i64s()?[0];
+        if dim_value < -r.max(1) || dim_value >= r.max(1) || r == 0 {
+            return Err(invalid(op, format!("-{r} <= split_dim < {r}, but got {dim_value}")));
+        }
+        let axis = if dim_value < 0 { (dim_value + r) as usize } else { dim_value as usize };
+        let count = usize::try_from(self.num_split).ok().filter(|&n| n >= 1 && n == ctx.num_outputs()).ok_or_else(|| {
+            Error::Internal(format!("{op}: num_split = {} but TensorFlow expects {} outputs", self.num_split, ctx.num_outputs()))
+        })?;
+        let extent = shape[axis];
+        let sizes: Vec<usize> = if self.sizes_input {
+            split_sizes(op, &ctx.input(1)?.to_i64s()?, count, extent)?
+        } else {
+            if extent % count != 0 {
+                return Err(invalid(
+                    op,
+                    format!(
+                        "Number of ways to split should evenly divide the split dimension, but got split_dim {axis} (size = {extent}) and num_split {count}"
+                    ),
+                ));
+            }
+            vec![extent / count; count]
+        };
+        let outer: usize = shape[..axis].iter().product();
+        let inner: usize = shape[axis + 1..].iter().product();
+        let src = input.data::<f32>()?;
+        let mut start = 0;
+        for (i, &size) in sizes.iter().enumerate() {
+            let mut out_shape = shape.to_vec();
+            out_shape[axis] = size;
+            let mut out = ctx.allocate_output(i, &out_shape)?;
+            let view = View::new((start * inner) as isize, &[outer, size * inner], &[(extent * inner) as isize, 1]);
+            view.gather(src, out.data_mut()?)?;
+            start += size;
+        }
+        Ok(())
+    }
+}
+
+/// SplitV's part sizes: `count` of them, at most one -1 (the rest of
+/// `extent`), all others non-negative and adding up to `extent`.
+fn split_sizes(op: &str, given: &[i64], count: usize, extent: usize) -> Result<Vec<usize>, Error> {
+    if given.len() != count {
+        return Err(invalid(op, format!("Number of split sizes ({}) must equal num_split ({count})", given.len())));
+    }
+    let mut inferred = None;
+    let mut known: i64 = 0;
+    for (i, &size) in given.iter().enumerate() {
+        match size {
+            -1 if inferred.is_none() => inferred = Some(i),
+            -1 => return Err(invalid(op, format!("Only one dimension can have a value of -1. Second one found at dimension {i}"))),
+            s if s < 0 => return Err(invalid(op, format!("Split size at index {i} must be >= 0 or -1, got {s}"))),
+            s => known = known.saturating_add(s),
+        }
+    }
+    let extent_i = extent as i64;
+    let mut sizes: Vec<i64> = given.to_vec();
+    match inferred {
+        Some(i) if known <= extent_i => sizes[i] = extent_i - known,
+        None if known == extent_i => {}
+        _ => {
+            return Err(invalid(
+                op,
+                format!(
+                    "Determined shape must either match input shape along split_dim exactly if fully specified, or be less than the size of the input along split_dim if not fully specified.  Got: {known}"
+                ),
+            ))
+        }
+    }
+    Ok(sizes.into_iter().map(|s| s as usize).collect())
 }
 
 // ---------------------------------------------------------------- Slice
@@ -1358,6 +1455,35 @@ fn broadcast_to(ctx: &dyn OpContext) -> Result<(), Error> {
 mod tests {
     use super::*;
     use crate::kernels::LocalContext;
+
+    #[test]
+    fn split_sizes_infer_one_part_and_reject_the_rest() {
+        assert_eq!(split_sizes("SplitV", &[2, -1, 1], 3, 7).unwrap(), vec![2, 4, 1]);
+        assert_eq!(split_sizes("SplitV", &[3, 4], 2, 7).unwrap(), vec![3, 4]);
+        assert_eq!(split_sizes("SplitV", &[0, -1], 2, 0).unwrap(), vec![0, 0]);
+        for (given, count, extent) in [(&[3, 3][..], 2, 7), (&[-1, -1], 2, 4), (&[5, -1], 2, 4), (&[-2, 6], 2, 4), (&[4], 2, 4)] {
+            assert!(matches!(split_sizes("SplitV", given, count, extent), Err(Error::InvalidArgument(_))), "{given:?}");
+        }
+    }
+
+    #[test]
+    fn split_and_split_v_cut_along_the_axis() {
+        let input = values(2 * 6 * 3, 9);
+        let split = Split { num_split: 3, sizes_input: false };
+        let axis = Tensor::from_vec(&[], vec![1i32]).unwrap();
+        let outs = LocalContext::run(&split, vec![axis, Tensor::from_vec(&[2, 6, 3], input.clone()).unwrap()], &[DType::F32; 3]).unwrap();
+        for (part, out) in outs.iter().enumerate() {
+            assert_eq!(out.shape(), &[2, 2, 3]);
+            let expected: Vec<f32> = (0..2).flat_map(|o| input[o * 18 + part * 6..o * 18 + part * 6 + 6].to_vec()).collect();
+            assert_eq!(out.data::<f32>().unwrap(), &expected[..]);
+        }
+        let split_v = Split { num_split: 2, sizes_input: true };
+        let sizes = Tensor::from_vec(&[2], vec![-1i64, 1]).unwrap();
+        let axis = Tensor::from_vec(&[], vec![-1i32]).unwrap();
+        let outs = LocalContext::run(&split_v, vec![Tensor::from_vec(&[2, 6, 3], input.clone()).unwrap(), sizes, axis], &[DType::F32; 2]).unwrap();
+        assert_eq!(outs[0].shape(), &[2, 6, 2]);
+        assert_eq!(outs[1].data::<f32>().unwrap(), &input.iter().skip(2).step_by(3).copied().collect::<Vec<_>>()[..]);
+    }
 
     fn values(len: usize, seed: u32) -> Vec<f32> {
         let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
