@@ -281,3 +281,29 @@ def test_round_trip_through_device_memory(tf):
             on_device = tf.identity(tf.constant(values))
         assert on_wasm(on_device), on_device.device
         np.testing.assert_array_equal(on_device.numpy(), values)
+
+
+def test_loop_reads_tensor_array_elements_after_their_copies(tf):
+    """TensorFlow copies TensorArray elements within the device with a
+    memcpy_dtod on the compute stream and hands the copy to the next kernel
+    at once, as it would on a GPU. Our kernels compute on the host, so they
+    must wait for that stream first. Large elements make the copy slow
+    enough that reading early gave wrong sums in most runs."""
+    n = 1 << 21  # 8 MB per element
+    x = data([6, n], 11)
+
+    @tf.function
+    def weighted_sum(x):
+        elements = tf.TensorArray(tf.float32, size=6).unstack(x)
+
+        def body(i, acc):
+            return i + 1, acc + elements.read(i) * 2.0
+
+        return tf.while_loop(lambda i, acc: i < 6, body, [0, tf.zeros([n])])[1]
+
+    expected = (x * 2.0).sum(axis=0, dtype=np.float32)
+    with tf.device(WASM):
+        for _ in range(3):
+            got = weighted_sum(tf.constant(x))
+            assert on_wasm(got), got.device
+            np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-4)

@@ -220,6 +220,14 @@ unsafe extern "C" fn compute_kernel(kernel: *mut c_void, ctx: *mut TF_OpKernelCo
                 // immutable and `Sync`, so concurrent computes may share it.
                 let instance = unsafe { kernel.cast::<Instance>().as_ref() }
                     .ok_or_else(|| Error::Internal("kernel computed without a kernel instance".into()))?;
+                if crate::device::streams::any_outstanding() {
+                    // SAFETY: `ctx` is live for this call and `status` is ours.
+                    let stream = unsafe { TF_GetStream(ctx.as_ptr(), status.as_ptr()) };
+                    if !stream.is_null() {
+                        super::stream_executor::finish_queued_work(stream)?;
+                    }
+                    status.clear();
+                }
                 instance.kernel.compute(&Context { raw: ctx, op: instance.op, status })
             },
             // SAFETY: `ctx` is the live context of this call; `status` holds

@@ -296,6 +296,21 @@ fn device_arc(device: *const SP_Device) -> Result<&'static Arc<Device>, Error> {
         .ok_or_else(|| Error::InvalidArgument("unknown SP_Device".into()))
 }
 
+/// Waits until every piece of work TensorFlow queued on `stream` so far has
+/// run. Our kernels compute on the host when TensorFlow calls them, not in
+/// stream order, so one that reads its inputs must first let the stream
+/// catch up: TensorFlow queues some copies on a kernel's stream and treats
+/// their destination as ready at once (a same-device copy is a
+/// `memcpy_dtod` on the compute stream followed immediately by the
+/// consumer), as a GPU would order them.
+pub(crate) fn finish_queued_work(stream: SP_Stream) -> Result<(), Error> {
+    let h = handle(stream);
+    match plugin()?.platform.device(device::ordinal_of(h)) {
+        Some(device) => device.block_until_done(h),
+        None => Err(Error::InvalidArgument(format!("stream handle {h:#x} names no device"))),
+    }
+}
+
 fn handle(raw: *mut c_void) -> Handle {
     raw as usize as Handle
 }

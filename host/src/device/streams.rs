@@ -7,10 +7,22 @@
 //! no cycle and a queue always drains.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
+
+/// Jobs enqueued on any stream of the process that have not run yet.
+static OUTSTANDING: AtomicU64 = AtomicU64::new(0);
+
+/// False when no stream of the process has work queued or running: the
+/// common case when a kernel starts, checked without a lock. (A job
+/// enqueued before a kernel's inputs were handed to it is counted: TF's
+/// executor orders the two.)
+pub fn any_outstanding() -> bool {
+    OUTSTANDING.load(Ordering::SeqCst) != 0
+}
 
 /// One piece of work: a copy, a fill, a callback or a marker.
 pub type WorkFn = Box<dyn FnOnce() -> Result<(), String> + Send>;
@@ -59,6 +71,7 @@ impl StreamQueue {
         let mut state = self.state.lock();
         debug_assert!(seq > state.submitted, "tickets are validated before enqueue");
         state.submitted = seq;
+        OUTSTANDING.fetch_add(1, Ordering::SeqCst);
         state.jobs.push_back(Job { seq, after, work });
         self.changed.notify_all();
     }
@@ -138,6 +151,7 @@ fn run(queue: Weak<StreamQueue>) {
         };
         let at_ns = crate::sandbox::monotonic_ns();
         (queue.on_complete)(&queue, job.seq, at_ns, outcome);
+        OUTSTANDING.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -163,6 +177,18 @@ mod tests {
 
     fn queue(id: u64) -> Arc<StreamQueue> {
         StreamQueue::start(id, Box::new(|q, seq, _, outcome| q.mark_completed(seq, outcome))).unwrap()
+    }
+
+    #[test]
+    fn queued_work_is_outstanding_until_it_has_run() {
+        let q = queue(90);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        q.enqueue(1, vec![], Box::new(move || rx.recv().map_err(|e| e.to_string())));
+        // Other tests' queues may add to the count, never take this job out.
+        assert!(any_outstanding());
+        tx.send(()).unwrap();
+        q.drain();
+        assert_eq!(q.completed(), 1);
     }
 
     #[test]

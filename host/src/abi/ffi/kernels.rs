@@ -155,6 +155,8 @@ extern "C" {
 
     // ---- kernel execution (kernels.h) ----
 
+    pub fn TF_GetStream(ctx: *mut TF_OpKernelContext, status: *mut TF_Status) -> super::stream_executor::SP_Stream;
+
     pub fn TF_NumInputs(ctx: *mut TF_OpKernelContext) -> c_int;
 
     pub fn TF_NumOutputs(ctx: *mut TF_OpKernelContext) -> c_int;
