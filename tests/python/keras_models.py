@@ -4,7 +4,7 @@ Plain Keras 3, nothing tfwasm-specific: the point is that a user's program
 runs unchanged. Used as a script (one training run, results as JSON on the
 last line of stdout) and as a module (the benchmarks build the same models).
 
-    python keras_models.py --model mlp|cnn [--epochs 3] [--jit false|default]
+    python keras_models.py --model mlp|cnn|rnn [--epochs 3] [--jit false|default]
 
 Placement is left to TensorFlow, which puts every op with a WASM kernel on
 the WASM device. The CPU reference run uses a policy with
@@ -33,6 +33,9 @@ def data(model: str):
         x = rng.standard_normal((SAMPLES, 20)).astype(np.float32)
         w = rng.standard_normal((20, 10)).astype(np.float32)
         y = np.argmax(x @ w + 0.5 * rng.standard_normal((SAMPLES, 10)), axis=1).astype(np.int64)
+    elif model == "rnn":
+        x = rng.standard_normal((SAMPLES, 12, 4)).astype(np.float32)
+        y = (np.cumsum(x[:, :, 0], axis=1)[:, -1] > 0).astype(np.int64) + 2 * (x[:, -1, 1] > 0)
     else:
         x = rng.random((SAMPLES, 28, 28, 1)).astype(np.float32)
         y = (x[:, 8:20, 8:20, 0].mean(axis=(1, 2)) * 10).astype(np.int64) % 10
@@ -50,6 +53,10 @@ def build(model: str):
             layers.Dense(64, activation="relu"),
             layers.Dense(10),
         ])
+    elif model == "rnn":
+        # A recurrence: TensorFlow runs it as a while loop whose state it
+        # copies within the device between steps.
+        net = keras.Sequential([keras.Input((12, 4)), layers.SimpleRNN(16), layers.Dense(10)])
     else:
         net = keras.Sequential([
             keras.Input((28, 28, 1)),
@@ -78,7 +85,7 @@ def compile_model(net, jit_compile):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn"], required=True)
+    parser.add_argument("--model", choices=["mlp", "cnn", "rnn"], required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--jit", choices=["false", "default"], default="false")
     args = parser.parse_args(argv)
