@@ -97,9 +97,10 @@ pub unsafe extern "C" fn TF_InitGraph(params: *mut TP_OptimizerRegistrationParam
 /// reference-typed ops: the C kernel API cannot implement them, so on our
 /// device the rewritten graph fails with "No registered 'Assign' OpKernel
 /// for 'WASM' devices" (measured with TF 2.21: `tf.add_n` of three 80 MB
-/// tensors in a `tf.function`). TensorFlow applies a plugin's settings to
-/// every graph of the process, so the CPU device loses this rewrite too; it
-/// only trades speed for peak memory, the result is the same.
+/// tensors in a `tf.function`). TensorFlow applies a plugin's settings only
+/// to graphs with a node on the plugin's device (and logs its "User's config
+/// has been changed based on plugin's config" table for them); graphs of the
+/// CPU alone keep the rewrite. It only trades speed for peak memory.
 fn plugin_optimizer_configs() -> TP_OptimizerConfigs {
     TP_OptimizerConfigs { memory_optimization: TF_TriState::TF_TriState_Off, ..TP_OptimizerConfigs::default() }
 }
