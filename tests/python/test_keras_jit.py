@@ -208,3 +208,37 @@ result("kernel", model.layers[0].weights[0].value.device)
     )
     assert run.returncode == 0, run.describe()
     assert_trained(run)
+
+
+def test_embedding_lstm_with_defaults_still_needs_jit_compile_false(run_tf):
+    """The documented limit for loops: an Embedding + LSTM model's gradient
+    loop sums TensorLists with a variant AddN, and under the defaults the
+    loop body runs on WASM alone, where no C-API kernel can do that. With
+    ``jit_compile=False`` it trains on WASM. If the defaults ever work,
+    update docs/architecture.md and docs/getting-started.md."""
+    run = run_tf(
+        """
+import keras
+
+x = np.random.default_rng(7).integers(0, 50, (48, 12)).astype(np.int32)
+y = np.random.default_rng(8).integers(0, 3, 48)
+
+def fit(**compile_args):
+    keras.utils.set_random_seed(7)
+    model = keras.Sequential([keras.Input((12,), dtype="int32"), keras.layers.Embedding(50, 8), keras.layers.LSTM(6), keras.layers.Dense(3)])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), **compile_args)
+    losses = model.fit(x, y, batch_size=16, epochs=2, verbose=0).history["loss"]
+    return f"{all(np.isfinite(losses))}:{model.layers[1].weights[0].value.device}"
+
+try:
+    result("default", fit())
+except tf.errors.OpError as error:
+    result("default", type(error).__name__)
+result("no_jit", fit(jit_compile=False))
+"""
+    )
+    assert run.returncode == 0, run.describe()
+    results = run.results()
+    assert results["default"] != "True:/job:localhost/replica:0/task:0/device:WASM:0", run.describe()
+    assert "No registered 'AddN' OpKernel for 'WASM'" in run.stderr, run.describe()
+    assert results["no_jit"] == "True:/job:localhost/replica:0/task:0/device:WASM:0", run.describe()
