@@ -592,12 +592,7 @@ impl Kernel for Split {
             return Err(invalid(op, format!("split_dim must be a scalar, got shape {}", ShapeDisplay(dim_t.shape()))));
         }
         let shape = input.shape();
-        let r = shape.len() as i64;
-        let dim_value = dim_t.to_i64s()?[0];
-        if dim_value < -r.max(1) || dim_value >= r.max(1) || r == 0 {
-            return Err(invalid(op, format!("-{r} <= split_dim < {r}, but got {dim_value}")));
-        }
-        let axis = if dim_value < 0 { (dim_value + r) as usize } else { dim_value as usize };
+        let axis = normalize_axis(op, dim_t.to_i64s()?[0], shape.len())?;
         let count = usize::try_from(self.num_split).ok().filter(|&n| n >= 1 && n == ctx.num_outputs()).ok_or_else(|| {
             Error::Internal(format!("{op}: num_split = {} but TensorFlow expects {} outputs", self.num_split, ctx.num_outputs()))
         })?;

@@ -12,7 +12,6 @@
 //! strictly greater one replaces it, so ties send the gradient to the first
 //! maximum. Images are independent and spread over the compute pool.
 
-
 use super::{check_nhwc, four, invalid, rank4, shape_arg, unimplemented, Padding, Window};
 use crate::error::Error;
 use crate::kernels::shape::ShapeDisplay;
