@@ -42,6 +42,7 @@ pub mod reduce;
 pub mod shape;
 pub mod tensor;
 pub mod unary;
+pub mod vmath;
 
 pub use binary::{BinaryOp, BinaryPlan};
 pub use matmul::{MatMulAttrs, MatMulPlan};

@@ -10,7 +10,7 @@
 //!
 //! `exp` is [`exp_f32`], a branch-free polynomial (Cephes' `expf`, within
 //! 2 ulp of the correctly rounded result) that the compiler vectorises; Eigen
-//! uses the same kind of approximation. Rows are independent: large inputs
+//! uses the same kind of approximation (see [`super::vmath`]). Rows are independent: large inputs
 //! are split by rows across the compute pool.
 
 use std::borrow::Cow;
@@ -18,6 +18,7 @@ use std::borrow::Cow;
 use rayon::prelude::*;
 
 use super::pool;
+use super::vmath::exp_f32;
 use super::shape::{element_count, Broadcast, ShapeDisplay};
 use super::{expect_inputs, types, DType, Element, Kernel, KernelDef, OpContext};
 use crate::error::Error;
@@ -36,47 +37,6 @@ pub const PARALLEL_MIN_ELEMENTS: usize = 32 * 1024;
 
 /// Smallest number of elements one pool task handles.
 const MIN_TASK_ELEMENTS: usize = 8 * 1024;
-
-/// `e^x` for f32 without a libm call, so loops over it vectorise.
-///
-/// Range reduction `x = n·ln2 + r` (`|r| <= ln2/2`, `n` by round-to-nearest
-/// through the 1.5·2^23 trick, which needs no SSE4.1 `round`), a degree-5
-/// polynomial for `e^r` (Cephes' coefficients) and `2^n` built in the
-/// exponent bits. Inputs below `ln(2^-126)` flush to 0, above `ln(f32::MAX)`
-/// give +inf; NaN stays NaN.
-#[inline(always)]
-pub fn exp_f32(x: f32) -> f32 {
-    const HI: f32 = 88.722_83;
-    const LO: f32 = -87.336_55;
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23
-    let xc = x.clamp(LO, HI);
-    let n = (xc * LOG2E + ROUND) - ROUND;
-    let r = xc - n * LN2_HI - n * LN2_LO;
-    let r2 = r * r;
-    let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 5e-1;
-    let y = p * r2 + r + 1.0;
-    // n is in [-126, 128]; 2^n for n = 128 is built as 2·2^127.
-    let ni = n as i32;
-    let half = ni >> 1;
-    let scale_a = f32::from_bits(((half + 127) as u32) << 23);
-    let scale_b = f32::from_bits(((ni - half + 127) as u32) << 23);
-    let v = y * scale_a * scale_b;
-    if x < LO {
-        0.0
-    } else if x > HI {
-        f32::INFINITY
-    } else {
-        v
-    }
-}
 
 /// Largest element of a row (NaN if any is NaN), −inf for an empty row.
 #[inline(always)]
@@ -398,27 +358,6 @@ mod tests {
                 (state >> 8) as f32 / (1u32 << 24) as f32 * 20.0 - 10.0
             })
             .collect()
-    }
-
-    #[test]
-    fn exp_is_accurate_over_the_range() {
-        let mut x = -104.0f32;
-        while x < 90.0 {
-            let got = exp_f32(x);
-            let want = (x as f64).exp();
-            if want < f32::MIN_POSITIVE as f64 {
-                assert!(got == 0.0 || (got as f64 - want).abs() < 1e-37, "{x}: {got}");
-            } else if want > f32::MAX as f64 {
-                assert_eq!(got, f32::INFINITY, "{x}");
-            } else {
-                assert!(((got as f64 - want) / want).abs() < 3e-7, "exp({x}) = {got}, expected {want}");
-            }
-            x += 0.0137;
-        }
-        assert_eq!(exp_f32(0.0), 1.0);
-        assert!(exp_f32(f32::NAN).is_nan());
-        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
     }
 
     fn reference_softmax(x: &[f32], width: usize, log: bool) -> Vec<f64> {

@@ -14,9 +14,11 @@
 //! stays NaN), `Relu`/`Relu6` propagate NaN and keep `-0`, `Sign(NaN)` is
 //! NaN, `Round` rounds half to even, the `Rsqrt`/`Sqrt`/`Reciprocal`
 //! gradients are 0 where the incoming gradient is 0. Transcendentals (`Exp`,
-//! `Log`, `Tanh`, …) are the C library's, correctly rounded or within an ulp
-//! or two; TensorFlow's CPU kernels use Eigen's vectorised approximations, so
-//! results agree to a relative ~1e-6 (more where `exp(x) - 1` cancels).
+//! `Log`, `Log1p`, `Tanh`, `Sigmoid`, `Erf`, and the `exp` inside `Elu`,
+//! `Selu`, `Softplus`) are [`super::vmath`]'s branch-free approximations
+//! (within 1–3 ulp), which vectorise as Eigen's do; TensorFlow's CPU kernels
+//! use Eigen's own, so results agree to a relative ~1e-6 (more where
+//! `exp(x) - 1` cancels).
 //!
 //! `Cast` float → int follows TensorFlow on x86: truncation toward zero, and
 //! NaN or out-of-range values become the integer minimum. int64 → int32
@@ -24,6 +26,7 @@
 
 use super::binary::{check_len, fill_chunked};
 use super::shape::ShapeDisplay;
+use super::vmath::{erf_f32, exp_f32, ln_1p_f32, ln_f32, map2_lanes, map_lanes, sigmoid_f32, tanh_f32};
 use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, TfBool};
 use crate::error::Error;
 
@@ -126,9 +129,7 @@ where
 {
     fill_chunked(out, |start, chunk| {
         let end = start + chunk.len();
-        for (o, &v) in chunk.iter_mut().zip(&x[start..end]) {
-            *o = f(v);
-        }
+        map_lanes(&x[start..end], chunk, f);
     });
 }
 
@@ -139,9 +140,7 @@ where
 {
     fill_chunked(out, |start, chunk| {
         let end = start + chunk.len();
-        for ((o, &x), &y) in chunk.iter_mut().zip(&a[start..end]).zip(&b[start..end]) {
-            *o = f(x, y);
-        }
+        map2_lanes(&a[start..end], &b[start..end], chunk, f);
     });
 }
 
@@ -215,15 +214,15 @@ impl UnaryOp {
         match self {
             UnaryOp::Neg => map(x, out, |v: f32| -v),
             UnaryOp::Abs => map(x, out, f32::abs),
-            UnaryOp::Exp => map(x, out, f32::exp),
-            UnaryOp::Log => map(x, out, f32::ln),
-            UnaryOp::Log1p => map(x, out, f32::ln_1p),
+            UnaryOp::Exp => map(x, out, exp_f32),
+            UnaryOp::Log => map(x, out, ln_f32),
+            UnaryOp::Log1p => map(x, out, ln_1p_f32),
             UnaryOp::Sqrt => map(x, out, f32::sqrt),
             UnaryOp::Rsqrt => map(x, out, |v: f32| 1.0 / v.sqrt()),
             UnaryOp::Square => map(x, out, |v: f32| v * v),
             UnaryOp::Reciprocal => map(x, out, |v: f32| 1.0 / v),
-            UnaryOp::Tanh => map(x, out, f32::tanh),
-            UnaryOp::Sigmoid => map(x, out, sigmoid),
+            UnaryOp::Tanh => map(x, out, tanh_f32),
+            UnaryOp::Sigmoid => map(x, out, sigmoid_f32),
             UnaryOp::Relu => map(x, out, relu),
             UnaryOp::Relu6 => map(x, out, |v| {
                 let r = relu(v);
@@ -233,22 +232,23 @@ impl UnaryOp {
                     r
                 }
             }),
-            UnaryOp::Elu => map(x, out, |v: f32| if v < 0.0 { v.exp() - 1.0 } else { v }),
-            UnaryOp::Selu => map(x, out, |v: f32| if v < 0.0 { SELU_SCALE_ALPHA * (v.exp() - 1.0) } else { SELU_SCALE * v }),
+            UnaryOp::Elu => map(x, out, |v: f32| if v < 0.0 { exp_f32(v) - 1.0 } else { v }),
+            UnaryOp::Selu => map(x, out, |v: f32| if v < 0.0 { SELU_SCALE_ALPHA * (exp_f32(v) - 1.0) } else { SELU_SCALE * v }),
             UnaryOp::Softplus => {
                 let threshold = softplus_threshold();
                 map(x, out, move |v: f32| {
+                    // Both candidates, then a select: branch-free, so it vectorises.
+                    let e = exp_f32(v);
+                    let r = if v < threshold { e } else { ln_1p_f32(e) };
                     if v > -threshold {
                         v
-                    } else if v < threshold {
-                        v.exp()
                     } else {
-                        v.exp().ln_1p()
+                        r
                     }
                 })
             }
             UnaryOp::Softsign => map(x, out, |v: f32| v / (v.abs() + 1.0)),
-            UnaryOp::Erf => map(x, out, erf),
+            UnaryOp::Erf => map(x, out, erf_f32),
             UnaryOp::Sign => map(x, out, sign),
             UnaryOp::Floor => map(x, out, f32::floor),
             UnaryOp::Ceil => map(x, out, f32::ceil),
@@ -275,11 +275,6 @@ fn relu(v: f32) -> f32 {
     }
 }
 
-#[inline(always)]
-fn sigmoid(v: f32) -> f32 {
-    1.0 / (1.0 + (-v).exp())
-}
-
 /// 1, -1, 0 (for ±0) or NaN.
 #[inline(always)]
 fn sign(v: f32) -> f32 {
@@ -292,36 +287,6 @@ fn sign(v: f32) -> f32 {
     } else {
         v
     }
-}
-
-/// The error function: a rational approximation on [-4, 4] (the one XLA and
-/// Eigen use for float32; beyond ±4 erf is ±1 in float32), evaluated in
-/// float64 so the float32 result is within an ulp.
-fn erf(v: f32) -> f32 {
-    if v.is_nan() {
-        return v;
-    }
-    let x = f64::from(v.clamp(-4.0, 4.0));
-    let x2 = x * x;
-    let alpha = [
-        -2.726_142_258_013_06e-10,
-        2.770_681_424_959_02e-08,
-        -2.101_024_020_825_08e-06,
-        -5.692_506_394_623_46e-05,
-        -7.349_906_303_268_55e-04,
-        -2.954_599_808_540_25e-03,
-        -1.609_603_332_624_15e-02,
-    ];
-    let beta = [
-        -1.456_607_184_649_96e-05,
-        -2.133_740_552_789_05e-04,
-        -1.682_826_974_382_03e-03,
-        -7.373_329_167_204_68e-03,
-        -1.426_473_905_141_89e-02,
-    ];
-    let p = alpha.iter().fold(0.0, |acc, &c| acc * x2 + c) * x;
-    let q = beta.iter().fold(0.0, |acc, &c| acc * x2 + c);
-    (p / q).clamp(-1.0, 1.0) as f32
 }
 
 /// The kernel of a [`UnaryOp`].
@@ -572,7 +537,7 @@ impl GradOp {
             GradOp::Relu6 => map2(a, b, out, |g, x| g * f32::from(u8::from(x > 0.0 && x < 6.0))),
             GradOp::Elu => map2(a, b, out, |g, y| if y < 0.0 { (y + 1.0) * g } else { g }),
             GradOp::Selu => map2(a, b, out, |g, y| if y < 0.0 { g * (y + SELU_SCALE_ALPHA) } else { g * SELU_SCALE }),
-            GradOp::Softplus => map2(a, b, out, |g, x| g / ((-x).exp() + 1.0)),
+            GradOp::Softplus => map2(a, b, out, |g, x| g / (exp_f32(-x) + 1.0)),
             GradOp::Softsign => map2(a, b, out, |g, x| {
                 let d = x.abs() + 1.0;
                 g / (d * d)
@@ -752,15 +717,6 @@ mod tests {
         let out = run_unary(UnaryOp::Round, &[5], vec![0.5, 1.5, 2.5, -0.5, -2.5]).to_vec::<f32>().unwrap();
         assert_eq!(out, [0.0, 2.0, 2.0, -0.0, -2.0]);
         assert_eq!(softplus_threshold(), -13.942385);
-    }
-
-    #[test]
-    fn erf_is_accurate() {
-        for i in -5000..=5000 {
-            let v = i as f32 / 1000.0;
-            let (got, want) = (erf(v), erf_series(f64::from(v)) as f32);
-            assert!((got - want).abs() <= 2e-7 * want.abs().max(1e-3), "erf({v}) = {got}, want {want}");
-        }
     }
 
     fn grad_reference(op: GradOp, a: f32, b: f32) -> f32 {

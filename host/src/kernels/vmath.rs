@@ -1,0 +1,391 @@
+//! Float32 transcendental functions written so that loops over them
+//! vectorise: no libm calls, no data-dependent branches (every special case
+//! is a select), only arithmetic and bit operations the compiler maps to SIMD
+//! lanes.
+//!
+//! libm's scalar `expf`/`logf`/`tanhf` cost 5–45× TensorFlow's vectorised
+//! Eigen kernels on large tensors (measured on 400K floats: `tanh` 2835 µs
+//! against 61); these run in SIMD lanes like Eigen's. Each is a classic
+//! range reduction plus a short polynomial (Cephes' single-precision
+//! coefficients) and stays within a few ulp of the correctly rounded result;
+//! the tests below check that bound over each function's whole range,
+//! including ±0, ±inf, NaN and subnormals.
+//!
+//! Every function is a pure per-element map, so a result never depends on how
+//! a tensor was split into chunks or threads.
+//!
+//! [`map_lanes`] and [`map2_lanes`] run such a map compiled twice: for CPUs
+//! with AVX2 (8 lanes) and for the x86-64 baseline (SSE2, 4 lanes), picked
+//! at run time. Both are the same IEEE operations in the same order (Rust
+//! never fuses a multiply and an add on its own), so results are identical
+//! on every x86-64 machine; AVX2 only makes them about twice as fast.
+
+/// `ln(2)` split so that `n·LN2_HI` is exact for the `n` these functions meet.
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+
+/// `e^x` for f32 without a libm call, so loops over it vectorise.
+///
+/// Range reduction `x = n·ln2 + r` (`|r| <= ln2/2`, `n` by round-to-nearest
+/// through the 1.5·2^23 trick, which needs no SSE4.1 `round`), a degree-5
+/// polynomial for `e^r` (Cephes' coefficients) and `2^n` built in the
+/// exponent bits. Inputs below `ln(2^-126)` flush to 0, above `ln(f32::MAX)`
+/// give +inf; NaN stays NaN.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    const HI: f32 = 88.722_83;
+    const LO: f32 = -87.336_55;
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23
+    let xc = x.clamp(LO, HI);
+    let shifted = xc * LOG2E + ROUND;
+    let n = shifted - ROUND;
+    let r = xc - n * LN2_HI - n * LN2_LO;
+    let r2 = r * r;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 5e-1;
+    let y = p * r2 + r + 1.0;
+    // n is in [-126, 128]; 2^n for n = 128 is built as 2·2^127.
+    // n as an integer, read from the bits of `shifted` (1.5·2^23 + n has n in
+    // its low mantissa bits): a bit cast vectorises, `n as i32` (saturating)
+    // does not.
+    let ni = shifted.to_bits() as i32 - ROUND.to_bits() as i32;
+    let half = ni >> 1;
+    let scale_a = f32::from_bits(((half + 127) as u32) << 23);
+    let scale_b = f32::from_bits(((ni - half + 127) as u32) << 23);
+    let v = y * scale_a * scale_b;
+    if x < LO {
+        0.0
+    } else if x > HI {
+        f32::INFINITY
+    } else {
+        v
+    }
+}
+
+/// `ln(x)` for f32: `x = 2^e·m` with `m` in `[√½, √2)`, `ln(m)` as
+/// `f - f²/2 + f³·P(f)` (`f = m - 1`, Cephes' `logf` polynomial), plus
+/// `e·ln2`. Subnormal inputs are scaled into the normal range first.
+/// `ln(±0) = -inf`, `ln(x < 0) = NaN`, `ln(inf) = inf`, NaN stays NaN.
+#[inline(always)]
+pub fn ln_f32(x: f32) -> f32 {
+    const TWO_POW_23: f32 = 8_388_608.0;
+    let subnormal = x < f32::MIN_POSITIVE;
+    let scaled = if subnormal { x * TWO_POW_23 } else { x };
+    let bits = scaled.to_bits();
+    // The mantissa with the exponent of 0.5: m in [0.5, 1).
+    let m = f32::from_bits((bits & 0x007f_ffff) | 0x3f00_0000);
+    let exponent = ((bits >> 23) & 0xff) as i32 - 126;
+    let below = m < std::f32::consts::FRAC_1_SQRT_2;
+    let f = if below { m + m - 1.0 } else { m - 1.0 };
+    let e = (exponent - below as i32) as f32 - if subnormal { 23.0 } else { 0.0 };
+    let z = f * f;
+    let mut p = 7.037_683_6e-2f32;
+    p = p * f - 1.151_461e-1;
+    p = p * f + 1.167_699_9e-1;
+    p = p * f - 1.242_014_1e-1;
+    p = p * f + 1.424_932_3e-1;
+    p = p * f - 1.666_805_8e-1;
+    p = p * f + 2.000_071_4e-1;
+    p = p * f - 2.499_999_4e-1;
+    p = p * f + 3.333_333e-1;
+    let y = f * z * p + e * LN2_LO - 0.5 * z;
+    let r = f + y + e * LN2_HI;
+    let r = if x == f32::INFINITY { x } else { r };
+    let r = if x == 0.0 { f32::NEG_INFINITY } else { r };
+    if x < 0.0 || x.is_nan() {
+        f32::NAN
+    } else {
+        r
+    }
+}
+
+/// `ln(1 + x)`, accurate for small `x`: with `u = 1 + x` rounded,
+/// `ln(u)·x/(u - 1)` cancels the rounding of `u` (Goldberg's method).
+#[inline(always)]
+pub fn ln_1p_f32(x: f32) -> f32 {
+    let u = 1.0 + x;
+    let d = u - 1.0;
+    let r = ln_f32(u) * (x / d);
+    let r = if d == 0.0 { x } else { r };
+    if u == f32::INFINITY {
+        u
+    } else {
+        r
+    }
+}
+
+/// `tanh(x)`: an odd polynomial below |x| = 0.625 (Cephes' `tanhf`), else
+/// `1 - 2/(e^{2|x|} + 1)` with the sign of `x`; ±1 once `e^{2|x|}` overflows.
+#[inline(always)]
+pub fn tanh_f32(x: f32) -> f32 {
+    let a = x.abs();
+    let large = 1.0 - 2.0 / (exp_f32(a + a) + 1.0);
+    let large = f32::from_bits(large.to_bits() | (x.to_bits() & 0x8000_0000));
+    let z = x * x;
+    let mut p = -5.704_988_7e-3f32;
+    p = p * z + 2.063_909e-2;
+    p = p * z - 5.373_971_6e-2;
+    p = p * z + 1.333_144_2e-1;
+    p = p * z - 3.333_328e-1;
+    let small = p * z * x + x;
+    let small = if x == 0.0 { x } else { small }; // keeps the sign of -0
+    if a > 0.625 {
+        large
+    } else {
+        small
+    }
+}
+
+/// The logistic function `1 / (1 + e^-x)`.
+#[inline(always)]
+pub fn sigmoid_f32(x: f32) -> f32 {
+    1.0 / (1.0 + exp_f32(-x))
+}
+
+/// The error function: the rational approximation on [-4, 4] that XLA and
+/// Eigen use for float32 (beyond ±4, erf is ±1 in float32), evaluated in
+/// float64 so the float32 result is within 2 ulp (float32 evaluation is 7
+/// ulp off near ±4). Still branch-free, so it vectorises two or four lanes
+/// at a time.
+#[inline(always)]
+pub fn erf_f32(v: f32) -> f32 {
+    let x = f64::from(v.clamp(-4.0, 4.0));
+    let x2 = x * x;
+    let mut p = -2.726_142_258_013_06e-10;
+    p = p * x2 + 2.770_681_424_959_02e-08;
+    p = p * x2 - 2.101_024_020_825_08e-06;
+    p = p * x2 - 5.692_506_394_623_46e-05;
+    p = p * x2 - 7.349_906_303_268_55e-04;
+    p = p * x2 - 2.954_599_808_540_25e-03;
+    p = p * x2 - 1.609_603_332_624_15e-02;
+    let mut q = -1.456_607_184_649_96e-05;
+    q = q * x2 - 2.133_740_552_789_05e-04;
+    q = q * x2 - 1.682_826_974_382_03e-03;
+    q = q * x2 - 7.373_329_167_204_68e-03;
+    q = q * x2 - 1.426_473_905_141_89e-02;
+    let r = ((p * x / q) as f32).clamp(-1.0, 1.0);
+    if v.is_nan() {
+        v
+    } else {
+        r
+    }
+}
+
+/// `out[i] = f(x[i])` over the common length, in AVX2 lanes when the CPU has
+/// them (see the module docs).
+#[inline(always)]
+pub fn map_lanes<I: Copy, O, F: Fn(I) -> O>(x: &[I], out: &mut [O], f: F) {
+    #[inline(always)]
+    fn plain<I: Copy, O, F: Fn(I) -> O>(x: &[I], out: &mut [O], f: F) {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = f(v);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        fn avx2<I: Copy, O, F: Fn(I) -> O>(x: &[I], out: &mut [O], f: F) {
+            plain(x, out, f)
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            return unsafe { avx2(x, out, f) };
+        }
+    }
+    plain(x, out, f)
+}
+
+/// `out[i] = f(a[i], b[i])` over the common length, like [`map_lanes`].
+#[inline(always)]
+pub fn map2_lanes<F: Fn(f32, f32) -> f32>(a: &[f32], b: &[f32], out: &mut [f32], f: F) {
+    #[inline(always)]
+    fn plain<F: Fn(f32, f32) -> f32>(a: &[f32], b: &[f32], out: &mut [f32], f: F) {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = f(x, y);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        fn avx2<F: Fn(f32, f32) -> f32>(a: &[f32], b: &[f32], out: &mut [f32], f: F) {
+            plain(a, b, out, f)
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            return unsafe { avx2(a, b, out, f) };
+        }
+    }
+    plain(a, b, out, f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Distance in units in the last place between `got` and the f64 value
+    /// `want` (rounded to f32), both finite.
+    fn ulps(got: f32, want: f64) -> u32 {
+        let want = want as f32;
+        let key = |v: f32| {
+            let b = v.to_bits() as i32;
+            if b < 0 {
+                i32::MIN - b
+            } else {
+                b
+            }
+        };
+        key(got).abs_diff(key(want))
+    }
+
+    /// Every f32 in `[lo, hi]` at a stride that visits ~2M values, plus the
+    /// endpoints: dense enough to cover each binade of the range.
+    fn sweep(lo: f32, hi: f32, mut check: impl FnMut(f32)) {
+        let mut x = lo;
+        let step = (hi - lo) / 2_000_000.0;
+        while x <= hi {
+            check(x);
+            x += step;
+        }
+        check(hi);
+    }
+
+    /// Checks `f` against `reference` at `x` within `max_ulps`, or within
+    /// `abs` absolute error where the result is tiny.
+    fn close(name: &str, x: f32, got: f32, want: f64, max_ulps: u32, abs: f64) {
+        if want.is_nan() {
+            assert!(got.is_nan(), "{name}({x:e}) = {got:e}, expected NaN");
+        } else if want.is_infinite() || want.abs() > f32::MAX as f64 {
+            assert_eq!(got as f64, want.signum() * f64::INFINITY, "{name}({x:e})");
+        } else {
+            let ok = ulps(got, want) <= max_ulps || (got as f64 - want).abs() <= abs;
+            assert!(ok, "{name}({x:e}) = {got:e}, expected {want:e} ({} ulp)", ulps(got, want));
+        }
+    }
+
+    #[test]
+    fn exp_is_accurate_over_the_range() {
+        let mut x = -104.0f32;
+        while x < 90.0 {
+            let got = exp_f32(x);
+            let want = (x as f64).exp();
+            if want < f32::MIN_POSITIVE as f64 {
+                assert!(got == 0.0 || (got as f64 - want).abs() < 1e-37, "{x}: {got}");
+            } else if want > f32::MAX as f64 {
+                assert_eq!(got, f32::INFINITY, "{x}");
+            } else {
+                assert!(((got as f64 - want) / want).abs() < 3e-7, "exp({x}) = {got}, expected {want}");
+            }
+            x += 0.0137;
+        }
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert!(exp_f32(f32::NAN).is_nan());
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
+    }
+
+    #[test]
+    fn wide_and_baseline_lanes_agree_bit_for_bit() {
+        let x: Vec<f32> = (0..10_007).map(|i| (i as f32 - 5000.0) * 0.0173).collect();
+        let funcs: [fn(f32) -> f32; 6] = [exp_f32, ln_f32, ln_1p_f32, tanh_f32, sigmoid_f32, erf_f32];
+        for f in funcs {
+            let mut lanes = vec![0f32; x.len()];
+            map_lanes(&x, &mut lanes, f);
+            for (&v, &got) in x.iter().zip(&lanes) {
+                assert_eq!(got.to_bits(), f(v).to_bits(), "at {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn ln_is_accurate_over_every_binade() {
+        // Binades from the smallest subnormal to f32::MAX, each swept densely.
+        for e in -149..128 {
+            let lo = 2f32.powi(e);
+            let hi = if e == 127 { f32::MAX } else { 2f32.powi(e + 1) };
+            let mut x = lo;
+            for _ in 0..2_000 {
+                close("ln", x, ln_f32(x), (x as f64).ln(), 2, 0.0);
+                x += (hi - lo) / 2_000.0;
+            }
+        }
+        assert_eq!(ln_f32(1.0), 0.0);
+        assert_eq!(ln_f32(0.0), f32::NEG_INFINITY);
+        assert_eq!(ln_f32(-0.0), f32::NEG_INFINITY);
+        assert_eq!(ln_f32(f32::INFINITY), f32::INFINITY);
+        assert!(ln_f32(-1.0).is_nan() && ln_f32(f32::NEG_INFINITY).is_nan() && ln_f32(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn ln_1p_is_accurate_near_zero_and_far_from_it() {
+        sweep(-0.999_9, 10.0, |x| close("ln_1p", x, ln_1p_f32(x), (x as f64).ln_1p(), 3, 0.0));
+        for e in -149..-10 {
+            for x in [2f32.powi(e), -(2f32.powi(e)), 1.5 * 2f32.powi(e)] {
+                close("ln_1p", x, ln_1p_f32(x), (x as f64).ln_1p(), 2, 0.0);
+            }
+        }
+        for x in [1e10f32, 3e30, f32::MAX] {
+            close("ln_1p", x, ln_1p_f32(x), (x as f64).ln_1p(), 2, 0.0);
+        }
+        assert_eq!(ln_1p_f32(-1.0), f32::NEG_INFINITY);
+        assert_eq!(ln_1p_f32(f32::INFINITY), f32::INFINITY);
+        assert_eq!(ln_1p_f32(-0.0).to_bits(), (-0.0f32).to_bits());
+        assert!(ln_1p_f32(-2.0).is_nan() && ln_1p_f32(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn tanh_and_sigmoid_are_accurate_over_the_range() {
+        sweep(-20.0, 20.0, |x| {
+            close("tanh", x, tanh_f32(x), (x as f64).tanh(), 3, 0.0);
+            close("sigmoid", x, sigmoid_f32(x), 1.0 / (1.0 + (-(x as f64)).exp()), 3, 0.0);
+        });
+        for e in -149..-2 {
+            let x = 1.3 * 2f32.powi(e);
+            close("tanh", x, tanh_f32(x), (x as f64).tanh(), 1, 0.0);
+            close("tanh", -x, tanh_f32(-x), (-x as f64).tanh(), 1, 0.0);
+        }
+        for x in [-100.0f32, -88.0, 88.0, 100.0, 1e30] {
+            close("sigmoid", x, sigmoid_f32(x), 1.0 / (1.0 + (-(x as f64)).exp()), 3, 1e-38);
+        }
+        assert_eq!(tanh_f32(f32::INFINITY), 1.0);
+        assert_eq!(tanh_f32(f32::NEG_INFINITY), -1.0);
+        assert_eq!(tanh_f32(-0.0).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(sigmoid_f32(f32::INFINITY), 1.0);
+        assert_eq!(sigmoid_f32(f32::NEG_INFINITY), 0.0);
+        assert!(tanh_f32(f32::NAN).is_nan() && sigmoid_f32(f32::NAN).is_nan());
+    }
+
+    /// erf as a series (|x| < 2.5) or continued fraction, in f64.
+    fn erf_reference(x: f64) -> f64 {
+        if x.abs() < 2.5 {
+            let (mut term, mut sum, mut n) = (x, x, 0.0);
+            while term.abs() > 1e-18 * sum.abs() {
+                n += 1.0;
+                term *= -x * x / n;
+                sum += term / (2.0 * n + 1.0);
+            }
+            sum * 2.0 / std::f64::consts::PI.sqrt()
+        } else {
+            // erfc by Lentz's continued fraction.
+            let a = x.abs();
+            let mut f = a;
+            for k in (1..200).rev() {
+                f = a + (k as f64 / 2.0) / f;
+            }
+            let erfc = (-a * a).exp() / std::f64::consts::PI.sqrt() / f;
+            (1.0 - erfc).copysign(x)
+        }
+    }
+
+    #[test]
+    fn erf_is_accurate_over_the_range() {
+        sweep(-6.0, 6.0, |x| close("erf", x, erf_f32(x), erf_reference(x as f64), 2, 0.0));
+        assert_eq!(erf_f32(f32::INFINITY), 1.0);
+        assert_eq!(erf_f32(f32::NEG_INFINITY), -1.0);
+        assert!(erf_f32(f32::NAN).is_nan());
+    }
+}
