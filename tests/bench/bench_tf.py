@@ -11,7 +11,9 @@ Prints, in one run:
 (e) small-CNN train-step time (Conv2D+MaxPool ×2, Dropout, Dense; batch 64):
     medians from fresh processes that alternate between the plugin device and
     a reference process whose policy lists no device (TensorFlow's CPU kernels
-    only), both with ``jit_compile=False`` (see bench_keras.py).
+    only), both with ``jit_compile=False`` (see bench_keras.py);
+(f) elementwise activations (Exp, Log, Tanh, Sigmoid, Erf, Softplus, Relu) on
+    a 1M-element float32 tensor: time per op on each device and WASM ÷ CPU.
 
 Both devices get the same inputs, placed on the device before timing, and
 every timed batch ends by copying its last result to the host, so queued
@@ -101,6 +103,23 @@ def matmul_throughput(tf, devices: list[str], n: int, samples: int, per_sample: 
     return {device: (2.0 * n**3 / seconds / 1e9, seconds, ran_on) for device, (seconds, ran_on) in medians.items()}
 
 
+#: The activations (f) times, with the TensorFlow function for each.
+ACTIVATIONS = ("Exp", "Log", "Tanh", "Sigmoid", "Erf", "Softplus", "Relu")
+
+
+def activation_times(tf, devices: list[str], n: int, samples: int, per_sample: int):
+    """{op: {device: (seconds per op, device it ran on)}} for each of ACTIVATIONS
+    on an n-element float32 tensor (values in [0.25, 4.25), so Log is finite)."""
+    import numpy as np
+
+    functions = {
+        "Exp": tf.math.exp, "Log": tf.math.log, "Tanh": tf.math.tanh, "Sigmoid": tf.math.sigmoid,
+        "Erf": tf.math.erf, "Softplus": tf.math.softplus, "Relu": tf.nn.relu,
+    }
+    x = np.random.default_rng(n).random(n, dtype=np.float32) * 4.0 + 0.25
+    return {name: alternating_medians(tf, devices, [x], functions[name], samples, per_sample, warmup=1) for name in ACTIVATIONS}
+
+
 def train_step_ratio(model: str, rounds: int, steps: int, device_type: str):
     """Median train-step seconds (plugin, CPU) over ``rounds`` alternating process pairs."""
     import subprocess
@@ -144,6 +163,7 @@ def main() -> int:
     parser.add_argument("--train-rounds", type=int, default=3, help="process pairs per Keras model")
     parser.add_argument("--train-steps", type=int, default=60, help="timed train steps per process")
     parser.add_argument("--skip-keras", action="store_true", help="skip (d) and (e)")
+    parser.add_argument("--activation-elements", type=int, default=1 << 20, help="tensor size for (f)")
     args = parser.parse_args()
 
     tf = load_tensorflow()
@@ -187,6 +207,16 @@ def main() -> int:
             print(f"    {device_type:<5} {wasm_step * 1e3:8.2f} ms/step  (weights on {short(placed['plugin'])})")
             print(f"    {'CPU':<5} {cpu_step * 1e3:8.2f} ms/step  (weights on {short(placed['cpu'])})")
             print(f"    {device_type} / CPU = {wasm_step / cpu_step:.2f}\n")
+
+    # (f) elementwise activations
+    times = activation_times(tf, [plugin, cpu], args.activation_elements, args.samples, 10)
+    print(f"(f) activations on {args.activation_elements} float32 elements, time per op")
+    print(f"    {'op':<9} {device_type:>9} {'CPU':>9}   {device_type} / CPU")
+    for name in ACTIVATIONS:
+        (wasm_s, act_on), (cpu_s, _) = times[name][plugin], times[name][cpu]
+        where = "" if act_on.endswith(f"{device_type}:0") else f"  (ran on {short(act_on)})"
+        print(f"    {name:<9} {wasm_s * 1e6:6.0f} us {cpu_s * 1e6:6.0f} us   {wasm_s / cpu_s:5.2f}{where}")
+    print()
 
     if not wasm_on.endswith(f"{device_type}:0"):
         print(f"note: MatMul results landed on {short(wasm_on)}: the plugin has no MatMul kernel in this build,")

@@ -16,7 +16,7 @@
 //! gradients are 0 where the incoming gradient is 0. Transcendentals (`Exp`,
 //! `Log`, `Log1p`, `Tanh`, `Sigmoid`, `Erf`, and the `exp` inside `Elu`,
 //! `Selu`, `Softplus`) are [`super::vmath`]'s branch-free approximations
-//! (within 1–3 ulp), which vectorise as Eigen's do; TensorFlow's CPU kernels
+//! (within a few ulp), which vectorise as Eigen's do; TensorFlow's CPU kernels
 //! use Eigen's own, so results agree to a relative ~1e-6 (more where
 //! `exp(x) - 1` cancels).
 //!

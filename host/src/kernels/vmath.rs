@@ -5,11 +5,12 @@
 //!
 //! libm's scalar `expf`/`logf`/`tanhf` cost 5–45× TensorFlow's vectorised
 //! Eigen kernels on large tensors (measured on 400K floats: `tanh` 2835 µs
-//! against 61); these run in SIMD lanes like Eigen's. Each is a classic
-//! range reduction plus a short polynomial (Cephes' single-precision
-//! coefficients) and stays within a few ulp of the correctly rounded result;
-//! the tests below check that bound over each function's whole range,
-//! including ±0, ±inf, NaN and subnormals.
+//! against 61); these run in SIMD lanes like Eigen's. Most are a classic
+//! range reduction plus a short polynomial with Cephes' single-precision
+//! coefficients; `tanh` is a rational function we fitted, `erf` the rational
+//! function XLA and Eigen use. All stay within a few ulp (8 at most) of the
+//! correctly rounded result; the tests below check each bound over the
+//! function's whole range, including ±0, ±inf, NaN and subnormals.
 //!
 //! Every function is a pure per-element map, so a result never depends on how
 //! a tensor was split into chunks or threads.
@@ -119,25 +120,32 @@ pub fn ln_1p_f32(x: f32) -> f32 {
     }
 }
 
-/// `tanh(x)`: an odd polynomial below |x| = 0.625 (Cephes' `tanhf`), else
-/// `1 - 2/(e^{2|x|} + 1)` with the sign of `x`; ±1 once `e^{2|x|}` overflows.
+/// `tanh(x)` as the rational function `x·P(x²)/Q(x²)` (degrees 9 and 8)
+/// on [-9, 9] and ±1 beyond (where tanh rounds to ±1 in float32). One
+/// division and ten multiply-adds: 3–4× faster than going through `e^{2x}`.
+/// The coefficients are our own fit (least squares on the relative error,
+/// reweighted by the denominator, in float64, then rounded to float32);
+/// evaluated in float32 the result is within 7 ulp, 4 below |x| = 2.
 #[inline(always)]
 pub fn tanh_f32(x: f32) -> f32 {
-    let a = x.abs();
-    let large = 1.0 - 2.0 / (exp_f32(a + a) + 1.0);
-    let large = f32::from_bits(large.to_bits() | (x.to_bits() & 0x8000_0000));
-    let z = x * x;
-    let mut p = -5.704_988_7e-3f32;
-    p = p * z + 2.063_909e-2;
-    p = p * z - 5.373_971_6e-2;
-    p = p * z + 1.333_144_2e-1;
-    p = p * z - 3.333_328e-1;
-    let small = p * z * x + x;
-    let small = if x == 0.0 { x } else { small }; // keeps the sign of -0
-    if a > 0.625 {
-        large
+    const LIMIT: f32 = 9.0;
+    let xc = x.clamp(-LIMIT, LIMIT);
+    let z = xc * xc;
+    let mut p = 1.326_72e-8f32;
+    p = p * z + 2.054_243_3e-5;
+    p = p * z + 3.491_399_3e-3;
+    p = p * z + 1.337_745_8e-1;
+    p = p * z + 1.0;
+    let mut q = 7.739_696_5e-7f32;
+    q = q * z + 3.278_879e-4;
+    q = q * z + 2.586_091_5e-2;
+    q = q * z + 4.671_077e-1;
+    q = q * z + 1.0;
+    let r = xc * p / q;
+    if x.abs() >= LIMIT {
+        1f32.copysign(x)
     } else {
-        small
+        r
     }
 }
 
@@ -148,27 +156,30 @@ pub fn sigmoid_f32(x: f32) -> f32 {
 }
 
 /// The error function: the rational approximation on [-4, 4] that XLA and
-/// Eigen use for float32 (beyond ±4, erf is ±1 in float32), evaluated in
-/// float64 so the float32 result is within 2 ulp (float32 evaluation is 7
-/// ulp off near ±4). Still branch-free, so it vectorises two or four lanes
-/// at a time.
+/// Eigen use for float32 (beyond ±4, erf is ±1 in float32), in float32
+/// arithmetic as theirs is, so TensorFlow's CPU device and this agree to an
+/// ulp or two. Within 8 ulp of the true value (the worst near ±3.9, where
+/// the result is within 4e-7 of ±1); evaluating in float64 halves the speed.
 #[inline(always)]
 pub fn erf_f32(v: f32) -> f32 {
-    let x = f64::from(v.clamp(-4.0, 4.0));
+    let x = v.clamp(-4.0, 4.0);
     let x2 = x * x;
-    let mut p = -2.726_142_258_013_06e-10;
-    p = p * x2 + 2.770_681_424_959_02e-08;
-    p = p * x2 - 2.101_024_020_825_08e-06;
-    p = p * x2 - 5.692_506_394_623_46e-05;
-    p = p * x2 - 7.349_906_303_268_55e-04;
-    p = p * x2 - 2.954_599_808_540_25e-03;
-    p = p * x2 - 1.609_603_332_624_15e-02;
-    let mut q = -1.456_607_184_649_96e-05;
-    q = q * x2 - 2.133_740_552_789_05e-04;
-    q = q * x2 - 1.682_826_974_382_03e-03;
-    q = q * x2 - 7.373_329_167_204_68e-03;
-    q = q * x2 - 1.426_473_905_141_89e-02;
-    let r = ((p * x / q) as f32).clamp(-1.0, 1.0);
+    let mut p = -2.726_142_3e-10f32;
+    p = p * x2 + 2.770_681_4e-8;
+    p = p * x2 - 2.101_024e-6;
+    p = p * x2 - 5.692_506_4e-5;
+    p = p * x2 - 7.349_906_3e-4;
+    p = p * x2 - 2.954_6e-3;
+    p = p * x2 - 1.609_603_3e-2;
+    let mut q = -1.456_607_2e-5f32;
+    q = q * x2 - 2.133_740_5e-4;
+    q = q * x2 - 1.682_827e-3;
+    q = q * x2 - 7.373_329e-3;
+    q = q * x2 - 1.426_473_9e-2;
+    let r = (x * p / q).clamp(-1.0, 1.0);
+    // From |x| = 3.92 on, erf rounds to ±1 in float32 (1 - erf < 2^-25);
+    // the rational alone stops one ulp short of it.
+    let r = if v.abs() >= 3.92 { 1f32.copysign(v) } else { r };
     if v.is_nan() {
         v
     } else {
@@ -340,13 +351,17 @@ mod tests {
     #[test]
     fn tanh_and_sigmoid_are_accurate_over_the_range() {
         sweep(-20.0, 20.0, |x| {
-            close("tanh", x, tanh_f32(x), (x as f64).tanh(), 3, 0.0);
+            close("tanh", x, tanh_f32(x), (x as f64).tanh(), 7, 0.0);
+            if x.abs() < 2.0 {
+                close("tanh", x, tanh_f32(x), (x as f64).tanh(), 4, 0.0);
+            }
             close("sigmoid", x, sigmoid_f32(x), 1.0 / (1.0 + (-(x as f64)).exp()), 3, 0.0);
         });
         for e in -149..-2 {
             let x = 1.3 * 2f32.powi(e);
-            close("tanh", x, tanh_f32(x), (x as f64).tanh(), 1, 0.0);
-            close("tanh", -x, tanh_f32(-x), (-x as f64).tanh(), 1, 0.0);
+            close("tanh", x, tanh_f32(x), (x as f64).tanh(), 4, 0.0);
+            close("tanh", -x, tanh_f32(-x), (-x as f64).tanh(), 4, 0.0);
+            close("tanh", 1e3 * x, tanh_f32(1e3 * x), (1e3 * x as f64).tanh(), 7, 0.0);
         }
         for x in [-100.0f32, -88.0, 88.0, 100.0, 1e30] {
             close("sigmoid", x, sigmoid_f32(x), 1.0 / (1.0 + (-(x as f64)).exp()), 3, 1e-38);
@@ -383,7 +398,7 @@ mod tests {
 
     #[test]
     fn erf_is_accurate_over_the_range() {
-        sweep(-6.0, 6.0, |x| close("erf", x, erf_f32(x), erf_reference(x as f64), 2, 0.0));
+        sweep(-6.0, 6.0, |x| close("erf", x, erf_f32(x), erf_reference(x as f64), 8, 0.0));
         assert_eq!(erf_f32(f32::INFINITY), 1.0);
         assert_eq!(erf_f32(f32::NEG_INFINITY), -1.0);
         assert!(erf_f32(f32::NAN).is_nan());
