@@ -27,6 +27,7 @@
 
 use super::pool;
 use super::shape::{element_count, Broadcast, ShapeDisplay};
+use super::vmath::in_wide_lanes;
 use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, TfBool};
 use crate::error::Error;
 
@@ -528,10 +529,10 @@ fn operand<T>(data: &[T], first: usize, len: usize, step: usize) -> &[T] {
 }
 
 /// `out[i] = f(a[i * a_step], b[i * b_step])` with steps 0 or 1, each case a
-/// plain loop the compiler vectorises.
+/// plain loop the compiler vectorises (in AVX2 lanes where the CPU has them).
 #[inline(always)]
 fn combine<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(f: F, a: &[A], a_step: usize, b: &[B], b_step: usize, out: &mut [O]) {
-    match (a_step, b_step) {
+    in_wide_lanes(|| match (a_step, b_step) {
         (0, 0) => out.fill(f(a[0], b[0])),
         (0, _) => {
             let x = a[0];
@@ -550,7 +551,7 @@ fn combine<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(f: F, a: &[A], a_step: u
                 *o = f(x, y);
             }
         }
-    }
+    })
 }
 
 // ---------------------------------------------------------------- SelectV2

@@ -11,6 +11,7 @@
 
 use super::pool;
 use super::shape::{element_count, ShapeDisplay};
+use super::vmath::in_wide_lanes;
 use super::{expect_inputs, types, Attrs, Kernel, KernelDef, OpContext};
 use crate::error::Error;
 
@@ -575,29 +576,31 @@ fn bias_add(value: &[f32], bias: &[f32], outer: usize, c: usize, inner: usize, o
         return;
     }
     let fill = |dst: &mut [f32], src: &[f32]| {
-        for (dst, src) in dst.chunks_exact_mut(block).zip(src.chunks_exact(block)) {
-            if inner == 1 {
-                for ((o, &v), &b) in dst.iter_mut().zip(src).zip(bias) {
-                    *o = v + b;
-                }
-            } else {
-                for ((dst, src), &b) in dst.chunks_exact_mut(inner).zip(src.chunks_exact(inner)).zip(bias) {
-                    for (o, &v) in dst.iter_mut().zip(src) {
+        in_wide_lanes(|| {
+            for (dst, src) in dst.chunks_exact_mut(block).zip(src.chunks_exact(block)) {
+                if inner == 1 {
+                    for ((o, &v), &b) in dst.iter_mut().zip(src).zip(bias) {
                         *o = v + b;
+                    }
+                } else {
+                    for ((dst, src), &b) in dst.chunks_exact_mut(inner).zip(src.chunks_exact(inner)).zip(bias) {
+                        for (o, &v) in dst.iter_mut().zip(src) {
+                            *o = v + b;
+                        }
                     }
                 }
             }
-        }
+        })
     };
     let len = out.len();
     if len < super::binary::PARALLEL_MIN_ELEMENTS || pool::threads() == 1 || outer == 1 {
         fill(out, value);
         return;
     }
-    use rayon::prelude::*;
+    // Whole blocks per chunk, shared between this thread and the pool.
     let blocks_per_task = (16 * 1024 / block).max(outer.div_ceil(pool::threads() * 4)).max(1);
     let chunk = blocks_per_task * block;
-    pool::install(|| out.par_chunks_mut(chunk).zip(value.par_chunks(chunk)).for_each(|(dst, src)| fill(dst, src)));
+    pool::for_each_chunk_mut(out, chunk, |i, dst| fill(dst, &value[i * chunk..i * chunk + dst.len()]));
 }
 
 #[cfg(test)]

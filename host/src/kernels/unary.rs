@@ -26,7 +26,7 @@
 
 use super::binary::{check_len, fill_chunked};
 use super::shape::ShapeDisplay;
-use super::vmath::{erf_f32, exp_f32, ln_1p_f32, ln_f32, map2_lanes, map_lanes, sigmoid_f32, tanh_f32};
+use super::vmath::{erf_f32, exp_f32, in_wide_lanes, ln_1p_f32, ln_f32, sigmoid_f32, tanh_f32};
 use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, TfBool};
 use crate::error::Error;
 
@@ -128,8 +128,12 @@ where
     F: Fn(I) -> O + Copy + Send + Sync,
 {
     fill_chunked(out, |start, chunk| {
-        let end = start + chunk.len();
-        map_lanes(&x[start..end], chunk, f);
+        let x = &x[start..start + chunk.len()];
+        in_wide_lanes(|| {
+            for (o, &v) in chunk.iter_mut().zip(x) {
+                *o = f(v);
+            }
+        });
     });
 }
 
@@ -139,8 +143,12 @@ where
     F: Fn(f32, f32) -> f32 + Copy + Send + Sync,
 {
     fill_chunked(out, |start, chunk| {
-        let end = start + chunk.len();
-        map2_lanes(&a[start..end], &b[start..end], chunk, f);
+        let (a, b) = (&a[start..start + chunk.len()], &b[start..start + chunk.len()]);
+        in_wide_lanes(|| {
+            for ((o, &x), &y) in chunk.iter_mut().zip(a).zip(b) {
+                *o = f(x, y);
+            }
+        });
     });
 }
 

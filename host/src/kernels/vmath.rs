@@ -15,9 +15,9 @@
 //! Every function is a pure per-element map, so a result never depends on how
 //! a tensor was split into chunks or threads.
 //!
-//! [`map_lanes`] and [`map2_lanes`] run such a map compiled twice: for CPUs
-//! with AVX2 (8 lanes) and for the x86-64 baseline (SSE2, 4 lanes), picked
-//! at run time. Both are the same IEEE operations in the same order (Rust
+//! [`in_wide_lanes`] runs a loop over such a map (or any elementwise loop)
+//! compiled twice: for CPUs with AVX2 (8 lanes) and for the x86-64 baseline
+//! (SSE2, 4 lanes), picked at run time. Both are the same IEEE operations in the same order (Rust
 //! never fuses a multiply and an add on its own), so results are identical
 //! on every x86-64 machine; AVX2 only makes them about twice as fast.
 
@@ -187,51 +187,24 @@ pub fn erf_f32(v: f32) -> f32 {
     }
 }
 
-/// `out[i] = f(x[i])` over the common length, in AVX2 lanes when the CPU has
-/// them (see the module docs).
+/// Runs `body`, compiled for AVX2 when the CPU has it: loops inside it that
+/// the compiler vectorises get 8 lanes instead of the baseline's 4 (see the
+/// module docs). `body` is inlined into the AVX2 copy; were it not, it would
+/// run as compiled for the baseline, slower but with the same results.
 #[inline(always)]
-pub fn map_lanes<I: Copy, O, F: Fn(I) -> O>(x: &[I], out: &mut [O], f: F) {
-    #[inline(always)]
-    fn plain<I: Copy, O, F: Fn(I) -> O>(x: &[I], out: &mut [O], f: F) {
-        for (o, &v) in out.iter_mut().zip(x) {
-            *o = f(v);
-        }
-    }
+pub fn in_wide_lanes<R>(body: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx2")]
-        fn avx2<I: Copy, O, F: Fn(I) -> O>(x: &[I], out: &mut [O], f: F) {
-            plain(x, out, f)
+        fn avx2<R>(body: impl FnOnce() -> R) -> R {
+            body()
         }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { avx2(x, out, f) };
+            return unsafe { avx2(body) };
         }
     }
-    plain(x, out, f)
-}
-
-/// `out[i] = f(a[i], b[i])` over the common length, like [`map_lanes`].
-#[inline(always)]
-pub fn map2_lanes<F: Fn(f32, f32) -> f32>(a: &[f32], b: &[f32], out: &mut [f32], f: F) {
-    #[inline(always)]
-    fn plain<F: Fn(f32, f32) -> f32>(a: &[f32], b: &[f32], out: &mut [f32], f: F) {
-        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-            *o = f(x, y);
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx2")]
-        fn avx2<F: Fn(f32, f32) -> f32>(a: &[f32], b: &[f32], out: &mut [f32], f: F) {
-            plain(a, b, out, f)
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { avx2(a, b, out, f) };
-        }
-    }
-    plain(a, b, out, f)
+    body()
 }
 
 #[cfg(test)]
@@ -305,7 +278,11 @@ mod tests {
         let funcs: [fn(f32) -> f32; 6] = [exp_f32, ln_f32, ln_1p_f32, tanh_f32, sigmoid_f32, erf_f32];
         for f in funcs {
             let mut lanes = vec![0f32; x.len()];
-            map_lanes(&x, &mut lanes, f);
+            in_wide_lanes(|| {
+                for (o, &v) in lanes.iter_mut().zip(&x) {
+                    *o = f(v);
+                }
+            });
             for (&v, &got) in x.iter().zip(&lanes) {
                 assert_eq!(got.to_bits(), f(v).to_bits(), "at {v}");
             }
