@@ -532,7 +532,7 @@ fn operand<T>(data: &[T], first: usize, len: usize, step: usize) -> &[T] {
 /// plain loop the compiler vectorises (in AVX2 lanes where the CPU has them).
 #[inline(always)]
 fn combine<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(f: F, a: &[A], a_step: usize, b: &[B], b_step: usize, out: &mut [O]) {
-    in_wide_lanes(|| match (a_step, b_step) {
+    in_wide_lanes(#[inline(always)] || match (a_step, b_step) {
         (0, 0) => out.fill(f(a[0], b[0])),
         (0, _) => {
             let x = a[0];

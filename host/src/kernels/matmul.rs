@@ -580,7 +580,7 @@ fn bias_add(value: &[f32], bias: &[f32], outer: usize, c: usize, inner: usize, o
         return;
     }
     let fill = |dst: &mut [f32], src: &[f32]| {
-        in_wide_lanes(|| {
+        in_wide_lanes(#[inline(always)] || {
             for (dst, src) in dst.chunks_exact_mut(block).zip(src.chunks_exact(block)) {
                 if inner == 1 {
                     for ((o, &v), &b) in dst.iter_mut().zip(src).zip(bias) {

@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use rayon::prelude::*;
 
 use super::pool;
-use super::vmath::exp_f32;
+use super::vmath::{exp_f32, in_wide_lanes};
 use super::shape::{element_count, Broadcast, ShapeDisplay};
 use super::{expect_inputs, types, DType, Element, Kernel, KernelDef, OpContext};
 use crate::error::Error;
@@ -123,28 +123,35 @@ pub fn softmax(input: &[f32], width: usize, log: bool, out: &mut [f32]) -> Resul
     }
     for_rows(out, width, |first, rows| {
         let src = &input[first * width..first * width + rows.len()];
-        for (o, x) in rows.chunks_exact_mut(width).zip(src.chunks_exact(width)) {
-            let max = row_max(x);
-            if log {
-                for (o, &v) in o.iter_mut().zip(x) {
-                    *o = exp_f32(v - max);
-                }
-                let log_sum = row_sum(o).ln();
-                for (o, &v) in o.iter_mut().zip(x) {
-                    *o = (v - max) - log_sum;
-                }
-            } else {
-                for (o, &v) in o.iter_mut().zip(x) {
-                    *o = exp_f32(v - max);
-                }
-                let inverse = 1.0 / row_sum(o);
-                for o in o.iter_mut() {
-                    *o *= inverse;
-                }
-            }
-        }
+        in_wide_lanes(#[inline(always)] || softmax_rows(src, width, log, rows));
     });
     Ok(())
+}
+
+/// [`softmax`] of the rows in `src` into `rows` (whole rows of `width`).
+/// Always inlined, so [`in_wide_lanes`] compiles it in AVX2 lanes.
+#[inline(always)]
+fn softmax_rows(src: &[f32], width: usize, log: bool, rows: &mut [f32]) {
+    for (o, x) in rows.chunks_exact_mut(width).zip(src.chunks_exact(width)) {
+        let max = row_max(x);
+        if log {
+            for (o, &v) in o.iter_mut().zip(x) {
+                *o = exp_f32(v - max);
+            }
+            let log_sum = row_sum(o).ln();
+            for (o, &v) in o.iter_mut().zip(x) {
+                *o = (v - max) - log_sum;
+            }
+        } else {
+            for (o, &v) in o.iter_mut().zip(x) {
+                *o = exp_f32(v - max);
+            }
+            let inverse = 1.0 / row_sum(o);
+            for o in o.iter_mut() {
+                *o *= inverse;
+            }
+        }
+    }
 }
 
 // -------------------------------------------- SoftmaxCrossEntropyWithLogits
@@ -214,7 +221,9 @@ fn xent(x: &[f32], y: &[f32], classes: usize, loss: &mut [f32], backprop: &mut [
     // same way by handing each task its rows' loss slice.
     let rows = loss.len();
     let threads = pool::threads();
-    let work = |first: usize, loss: &mut [f32], bp: &mut [f32]| {
+    // A function, not a closure, so that it inlines into in_wide_lanes' AVX2 copy.
+    #[inline(always)]
+    fn rows_of(x: &[f32], y: &[f32], classes: usize, first: usize, loss: &mut [f32], bp: &mut [f32]) {
         let src = first * classes;
         let rows_x = &x[src..src + bp.len()];
         let rows_y = &y[src..src + bp.len()];
@@ -236,7 +245,8 @@ fn xent(x: &[f32], y: &[f32], classes: usize, loss: &mut [f32], backprop: &mut [
                 *b = *b / sum - t;
             }
         }
-    };
+    }
+    let work = |first: usize, loss: &mut [f32], bp: &mut [f32]| in_wide_lanes(#[inline(always)] || rows_of(x, y, classes, first, loss, bp));
     if backprop.len() < PARALLEL_MIN_ELEMENTS || threads == 1 || rows == 1 {
         work(0, loss, backprop);
         return;
@@ -315,7 +325,9 @@ fn checked_labels<I: Element + Into<i64>>(labels: &[I], classes: usize) -> Resul
 fn sparse_xent(x: &[f32], labels: &[usize], classes: usize, loss: &mut [f32], backprop: &mut [f32]) {
     let rows = loss.len();
     let threads = pool::threads();
-    let work = |first: usize, loss: &mut [f32], bp: &mut [f32]| {
+    // A function, not a closure, so that it inlines into in_wide_lanes' AVX2 copy.
+    #[inline(always)]
+    fn rows_of(x: &[f32], labels: &[usize], classes: usize, first: usize, loss: &mut [f32], bp: &mut [f32]) {
         let rows_x = &x[first * classes..first * classes + bp.len()];
         for (((l, bp), x), &label) in
             loss.iter_mut().zip(bp.chunks_exact_mut(classes)).zip(rows_x.chunks_exact(classes)).zip(&labels[first..])
@@ -331,7 +343,8 @@ fn sparse_xent(x: &[f32], labels: &[usize], classes: usize, loss: &mut [f32], ba
             }
             bp[label] -= 1.0;
         }
-    };
+    }
+    let work = |first: usize, loss: &mut [f32], bp: &mut [f32]| in_wide_lanes(#[inline(always)] || rows_of(x, labels, classes, first, loss, bp));
     if backprop.len() < PARALLEL_MIN_ELEMENTS || threads == 1 || rows == 1 {
         work(0, loss, backprop);
         return;

@@ -129,7 +129,7 @@ where
 {
     fill_chunked(out, |start, chunk| {
         let x = &x[start..start + chunk.len()];
-        in_wide_lanes(|| {
+        in_wide_lanes(#[inline(always)] || {
             for (o, &v) in chunk.iter_mut().zip(x) {
                 *o = f(v);
             }
@@ -144,7 +144,7 @@ where
 {
     fill_chunked(out, |start, chunk| {
         let (a, b) = (&a[start..start + chunk.len()], &b[start..start + chunk.len()]);
-        in_wide_lanes(|| {
+        in_wide_lanes(#[inline(always)] || {
             for ((o, &x), &y) in chunk.iter_mut().zip(a).zip(b) {
                 *o = f(x, y);
             }
