@@ -24,6 +24,7 @@ use rayon::prelude::*;
 use super::pool;
 use super::shape::{element_count, ShapeDisplay};
 use super::tensor::TfBool;
+use super::vmath::in_wide_lanes;
 use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext};
 use crate::error::Error;
 
@@ -241,14 +242,22 @@ trait Reducer: 'static {
         acc
     }
 
-    /// Reduces a contiguous slice with eight independent accumulators (the
-    /// compiler turns them into one SIMD register).
+    /// Reduces a contiguous slice: sums pairwise down to `PAIRWISE_BASE`
+    /// elements, each leaf (and every other reducer's whole slice) in AVX2
+    /// lanes where the CPU has them.
     #[inline(always)]
     fn reduce_slice(s: &[Self::T]) -> Self::T {
         if Self::BLOCKED && s.len() > PAIRWISE_BASE {
             let mid = (s.len() / 2) & !7;
             return Self::combine(Self::reduce_slice(&s[..mid]), Self::reduce_slice(&s[mid..]));
         }
+        in_wide_lanes(#[inline(always)] || Self::reduce_run(s))
+    }
+
+    /// Reduces `s` with eight independent accumulators (the compiler turns
+    /// them into SIMD registers), combined in a fixed order.
+    #[inline(always)]
+    fn reduce_run(s: &[Self::T]) -> Self::T {
         let mut acc = [Self::IDENTITY; 8];
         let chunks = s.chunks_exact(8);
         let rest = chunks.remainder();
@@ -484,6 +493,12 @@ fn reduce_columns<R: Reducer>(block: &[R::T], r: usize, inner: usize, out: &mut 
 
 /// Like [`reduce_columns`] for columns `start..start + out.len()`.
 fn reduce_column_band<R: Reducer>(block: &[R::T], r: usize, inner: usize, start: usize, out: &mut [R::T]) {
+    in_wide_lanes(#[inline(always)] || column_band::<R>(block, r, inner, start, out));
+}
+
+/// The body of [`reduce_column_band`], inlined into its AVX2 copy.
+#[inline(always)]
+fn column_band<R: Reducer>(block: &[R::T], r: usize, inner: usize, start: usize, out: &mut [R::T]) {
     let width = out.len();
     let row = |p: usize| &block[p * inner + start..p * inner + start + width];
     if !R::BLOCKED || r <= SUM_BLOCK_ROWS {
