@@ -103,13 +103,10 @@ def matmul_throughput(tf, devices: list[str], n: int, samples: int, per_sample: 
     return {device: (2.0 * n**3 / seconds / 1e9, seconds, ran_on) for device, (seconds, ran_on) in medians.items()}
 
 
-#: The activations (f) times, with the TensorFlow function for each.
-ACTIVATIONS = ("Exp", "Log", "Tanh", "Sigmoid", "Erf", "Softplus", "Relu")
-
-
 def activation_times(tf, devices: list[str], n: int, samples: int, per_sample: int):
-    """{op: {device: (seconds per op, device it ran on)}} for each of ACTIVATIONS
-    on an n-element float32 tensor (values in [0.25, 4.25), so Log is finite)."""
+    """{op: {device: (seconds per op, device it ran on)}}, in the order (f)
+    prints them, on an n-element float32 tensor (values in [0.25, 4.25), so
+    Log is finite)."""
     import numpy as np
 
     functions = {
@@ -117,7 +114,7 @@ def activation_times(tf, devices: list[str], n: int, samples: int, per_sample: i
         "Erf": tf.math.erf, "Softplus": tf.math.softplus, "Relu": tf.nn.relu,
     }
     x = np.random.default_rng(n).random(n, dtype=np.float32) * 4.0 + 0.25
-    return {name: alternating_medians(tf, devices, [x], functions[name], samples, per_sample, warmup=1) for name in ACTIVATIONS}
+    return {name: alternating_medians(tf, devices, [x], op, samples, per_sample, warmup=1) for name, op in functions.items()}
 
 
 def train_step_ratio(model: str, rounds: int, steps: int, device_type: str):
@@ -212,8 +209,8 @@ def main() -> int:
     times = activation_times(tf, [plugin, cpu], args.activation_elements, args.samples, 10)
     print(f"(f) activations on {args.activation_elements} float32 elements, time per op")
     print(f"    {'op':<9} {device_type:>9} {'CPU':>9}   {device_type} / CPU")
-    for name in ACTIVATIONS:
-        (wasm_s, act_on), (cpu_s, _) = times[name][plugin], times[name][cpu]
+    for name, medians in times.items():
+        (wasm_s, act_on), (cpu_s, _) = medians[plugin], medians[cpu]
         where = "" if act_on.endswith(f"{device_type}:0") else f"  (ran on {short(act_on)})"
         print(f"    {name:<9} {wasm_s * 1e6:6.0f} us {cpu_s * 1e6:6.0f} us   {wasm_s / cpu_s:5.2f}{where}")
     print()

@@ -645,7 +645,7 @@ mod tests {
                 }
             }
             UnaryOp::Softsign => x / (x.abs() + 1.0),
-            UnaryOp::Erf => erf_series(x),
+            UnaryOp::Erf => crate::kernels::vmath::erf_reference(x),
             UnaryOp::Sign => return if v.is_nan() { v } else if v == 0.0 { 0.0 } else { v.signum() },
             UnaryOp::Floor => x.floor(),
             UnaryOp::Ceil => x.ceil(),
@@ -654,23 +654,6 @@ mod tests {
             UnaryOp::Fill(value) => return value,
         };
         r as f32
-    }
-
-    /// erf from its Taylor series in float64 (|x| ≤ 4 keeps it accurate to
-    /// ~1e-9); ±1 beyond.
-    fn erf_series(x: f64) -> f64 {
-        if x.is_nan() {
-            return x;
-        }
-        if x.abs() > 4.0 {
-            return x.signum();
-        }
-        let (mut term, mut sum) = (x, x);
-        for n in 1..200 {
-            term *= -x * x / n as f64;
-            sum += term / (2 * n + 1) as f64;
-        }
-        sum * 2.0 / std::f64::consts::PI.sqrt()
     }
 
     fn close(got: f32, want: f32, rtol: f32, atol: f32) -> bool {

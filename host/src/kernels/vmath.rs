@@ -209,6 +209,31 @@ pub fn in_wide_lanes<R>(body: impl FnOnce() -> R) -> R {
     body()
 }
 
+/// erf in f64, the tests' reference (here and in `unary`): its series below
+/// |x| = 2.5, else 1 - erfc by a continued fraction. NaN stays NaN, ±inf
+/// gives ±1.
+#[cfg(test)]
+pub(crate) fn erf_reference(x: f64) -> f64 {
+    if x.abs() < 2.5 {
+        let (mut term, mut sum, mut n) = (x, x, 0.0);
+        while term.abs() > 1e-18 * sum.abs() {
+            n += 1.0;
+            term *= -x * x / n;
+            sum += term / (2.0 * n + 1.0);
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        // erfc by Lentz's continued fraction.
+        let a = x.abs();
+        let mut f = a;
+        for k in (1..200).rev() {
+            f = a + (k as f64 / 2.0) / f;
+        }
+        let erfc = (-a * a).exp() / std::f64::consts::PI.sqrt() / f;
+        (1.0 - erfc).copysign(x)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,28 +376,6 @@ mod tests {
         assert_eq!(sigmoid_f32(f32::INFINITY), 1.0);
         assert_eq!(sigmoid_f32(f32::NEG_INFINITY), 0.0);
         assert!(tanh_f32(f32::NAN).is_nan() && sigmoid_f32(f32::NAN).is_nan());
-    }
-
-    /// erf as a series (|x| < 2.5) or continued fraction, in f64.
-    fn erf_reference(x: f64) -> f64 {
-        if x.abs() < 2.5 {
-            let (mut term, mut sum, mut n) = (x, x, 0.0);
-            while term.abs() > 1e-18 * sum.abs() {
-                n += 1.0;
-                term *= -x * x / n;
-                sum += term / (2.0 * n + 1.0);
-            }
-            sum * 2.0 / std::f64::consts::PI.sqrt()
-        } else {
-            // erfc by Lentz's continued fraction.
-            let a = x.abs();
-            let mut f = a;
-            for k in (1..200).rev() {
-                f = a + (k as f64 / 2.0) / f;
-            }
-            let erfc = (-a * a).exp() / std::f64::consts::PI.sqrt() / f;
-            (1.0 - erfc).copysign(x)
-        }
     }
 
     #[test]
