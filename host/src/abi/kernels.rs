@@ -30,7 +30,8 @@ use super::ffi::status::{TF_Code, TF_DeleteStatus, TF_GetCode, TF_Message, TF_Ne
 use super::{ffi_guard, ffi_guard_or};
 use crate::error::Error;
 use crate::kernels::shape::{element_count, ShapeDisplay};
-use crate::kernels::{Attrs, DType, Kernel, KernelDef, OpContext, Tensor};
+use super::ffi::done::DoneCallback;
+use crate::kernels::{pool, Attrs, DType, Kernel, KernelDef, OpContext, Tensor, DEFER_MIN_INPUT_BYTES};
 
 /// The registry, fixed for the process: `create_nth::<I>` builds entry `I`.
 fn definitions() -> &'static [KernelDef] {
@@ -86,7 +87,11 @@ fn register(def: &KernelDef, combo: &[(&str, DType)], create: TF_KernelCreateFn,
     // copies them into its KernelDefBuilder); the callbacks are `extern "C"`
     // functions with the signatures kernels.h declares.
     let builder = unsafe {
-        TF_NewKernelBuilder(op.as_ptr(), device_type.as_ptr(), Some(create), Some(compute_kernel), Some(delete_kernel))
+        if def.deferrable {
+            TF_NewAsyncKernelBuilder(op.as_ptr(), device_type.as_ptr(), Some(create), Some(compute_kernel_async), Some(delete_kernel))
+        } else {
+            TF_NewKernelBuilder(op.as_ptr(), device_type.as_ptr(), Some(create), Some(compute_kernel), Some(delete_kernel))
+        }
     };
     let builder = NonNull::new(builder).ok_or_else(|| failed("TF_NewKernelBuilder returned null".into()))?;
     let constrain = || -> Result<(), Error> {
@@ -236,6 +241,98 @@ unsafe extern "C" fn compute_kernel(kernel: *mut c_void, ctx: *mut TF_OpKernelCo
         );
         Ok(())
     })
+}
+
+/// The compute callback of a [deferrable](KernelDef::deferrable) kernel,
+/// registered through `TF_NewAsyncKernelBuilder`. An execution whose inputs
+/// reach [`DEFER_MIN_INPUT_BYTES`] moves `done` out of TensorFlow's frame
+/// and runs on the compute pool, and the executor thread goes on with other
+/// ready nodes meanwhile: TensorFlow runs a pluggable device's synchronous
+/// kernels one after another on the thread that reached them, so without
+/// this, independent products (a layer's weight and input gradients, the
+/// next layer's forward) never overlap each other or TensorFlow's own
+/// per-node work. Smaller executions, executions reached from a pool
+/// worker (an executor running inline inside another kernel's `done`) and
+/// platforms where `done` cannot be moved finish here, before returning.
+///
+/// Inputs and outputs stay valid until `done` runs: an asynchronous
+/// kernel's context holds its input tensors until then, so TensorFlow's
+/// host-side variable updates (`AssignSubVariableOp`, ...) see a reader and
+/// copy instead of updating a weight a deferred product still reads.
+///
+/// # Safety
+/// As [`compute_kernel`]; `done` is TensorFlow's callback for this execution.
+unsafe extern "C" fn compute_kernel_async(kernel: *mut c_void, ctx: *mut TF_OpKernelContext, done: *mut TF_AsyncOpKernelDoneCallback) {
+    let deferred = ffi_guard_or(false, "kernel compute", || {
+        if ctx.is_null() || pool::on_worker() || input_bytes(ctx) < DEFER_MIN_INPUT_BYTES {
+            return Ok(false);
+        }
+        // SAFETY: `done` is this execution's callback; once taken, only the
+        // job below uses it.
+        let Some(done) = (unsafe { DoneCallback::take(done) }) else { return Ok(false) };
+        let job = Deferred { kernel, ctx, done };
+        if let Err(job) = pool::spawn(move || job.run()) {
+            job(); // no pool: finish before returning
+        }
+        Ok(true)
+    });
+    if !deferred {
+        // SAFETY: forwarded contract.
+        unsafe { compute_kernel(kernel, ctx) };
+        if !done.is_null() {
+            // SAFETY: `done` is live until this callback returns.
+            unsafe { TF_RunAsyncOpKernelDoneCallback(done) };
+        }
+    }
+}
+
+/// One kernel execution finishing on the compute pool.
+struct Deferred {
+    kernel: *mut c_void,
+    ctx: *mut TF_OpKernelContext,
+    done: DoneCallback,
+}
+
+// SAFETY: TensorFlow keeps the kernel and the context of an asynchronous
+// execution alive until `done` runs, and the context is used by one thread
+// at a time: the callback that deferred it returned without touching it
+// again.
+unsafe impl Send for Deferred {}
+
+impl Deferred {
+    /// Computes, then runs `done`, also if computing panicked (the panic is
+    /// already a failure on the context by then: `compute_kernel` catches
+    /// its own), so no rayon worker unwinds and no executor waits forever.
+    fn run(self) {
+        let Deferred { kernel, ctx, done } = self;
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: as in `compute_kernel` (null is checked).
+            let op = unsafe { kernel.cast::<Instance>().as_ref() }.map_or("?", |instance| instance.op);
+            tracing::trace!("tfwasm: {op} finishes on the compute pool");
+            // SAFETY: see `Send` above.
+            unsafe { compute_kernel(kernel, ctx) };
+        }));
+        done.run();
+    }
+}
+
+/// Total bytes of the node's inputs.
+fn input_bytes(ctx: *mut TF_OpKernelContext) -> usize {
+    let Ok(status) = OwnedStatus::new() else { return 0 };
+    // SAFETY: `ctx` is live for this compute call.
+    let count = unsafe { TF_NumInputs(ctx) };
+    let mut total = 0;
+    for index in 0..count {
+        let mut raw: *mut TF_Tensor = ptr::null_mut();
+        // SAFETY: index in range, out-pointer valid; a returned handle is ours to delete.
+        unsafe { TF_GetInput(ctx, index, &mut raw, status.as_ptr()) };
+        if let Some(handle) = NonNull::new(raw) {
+            // SAFETY: a live handle.
+            total += unsafe { TF_TensorByteSize(handle.as_ptr()) };
+            drop(TensorHandle(handle));
+        }
+    }
+    total
 }
 
 /// # Safety

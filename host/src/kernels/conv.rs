@@ -34,11 +34,13 @@ use crate::error::Error;
 const T_F32: &[(&str, &[DType])] = types::T_F32;
 
 pub const KERNELS: &[KernelDef] = &[
-    KernelDef::new("Conv2D", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::Forward, a)?))),
+    KernelDef::new("Conv2D", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::Forward, a)?))).deferrable(),
     KernelDef::new("Conv2DBackpropInput", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::BackpropInput, a)?)))
-        .host_memory(&["input_sizes"]),
+        .host_memory(&["input_sizes"])
+        .deferrable(),
     KernelDef::new("Conv2DBackpropFilter", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::BackpropFilter, a)?)))
-        .host_memory(&["filter_sizes"]),
+        .host_memory(&["filter_sizes"])
+        .deferrable(),
     KernelDef::new("MaxPool", T_F32, |a| Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::MaxPool, a)?))),
     KernelDef::new("MaxPoolGrad", T_F32, |a| Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::MaxPoolGrad, a)?))),
     KernelDef::new("AvgPool", T_F32, |a| Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::AvgPool, a)?))),

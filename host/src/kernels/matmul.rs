@@ -16,8 +16,8 @@ use super::{expect_inputs, types, Attrs, Kernel, KernelDef, OpContext};
 use crate::error::Error;
 
 pub const KERNELS: &[KernelDef] = &[
-    KernelDef::new("MatMul", types::T_F32, build_matmul),
-    KernelDef::new("BatchMatMulV2", types::T_F32, build_batch_matmul),
+    KernelDef::new("MatMul", types::T_F32, build_matmul).deferrable(),
+    KernelDef::new("BatchMatMulV2", types::T_F32, build_batch_matmul).deferrable(),
     KernelDef::new("BiasAdd", types::T_F32, |a| Ok(Box::new(BiasKernel { channels_first: channels_first(a)?, grad: false }))),
     KernelDef::new("BiasAddGrad", types::T_F32, |a| Ok(Box::new(BiasKernel { channels_first: channels_first(a)?, grad: true }))),
 ];

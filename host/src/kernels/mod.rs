@@ -57,6 +57,13 @@ pub trait Kernel: Send + Sync {
     fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error>;
 }
 
+/// Inputs (in all) from which an execution of a [deferrable](KernelDef::deferrable)
+/// kernel runs on the compute pool after its compute callback returned. At
+/// 256 KiB a product has at least ~64K multiply-adds per output row block;
+/// below it the pool hand-off (a worker wake-up, ~10–30 µs on two cores)
+/// would cost more than the overlap wins.
+pub const DEFER_MIN_INPUT_BYTES: usize = 256 << 10;
+
 /// Builds a kernel for a node from its attributes.
 pub type BuildFn = fn(&dyn Attrs) -> Result<Box<dyn Kernel>, Error>;
 
@@ -71,12 +78,24 @@ pub struct KernelDef {
     /// Input/output argument names TensorFlow keeps in host memory (shapes,
     /// axes, sizes a kernel reads before it can allocate).
     pub host_memory: &'static [&'static str],
+    /// Whether an execution with [`DEFER_MIN_INPUT_BYTES`] of inputs may
+    /// finish after TensorFlow's compute callback returned, on the compute
+    /// pool, so the executor runs other ready nodes meanwhile (see
+    /// `abi::kernels::compute_kernel_async`). For ops whose large executions
+    /// take milliseconds (products, convolutions); a cheap op would pay more
+    /// for the hand-off than it frees, and TensorFlow's eager path pays
+    /// ~1.5 µs more per call to any op registered this way.
+    pub deferrable: bool,
     pub build: BuildFn,
 }
 
 impl KernelDef {
     pub const fn new(op: &'static str, types: &'static [(&'static str, &'static [DType])], build: BuildFn) -> Self {
-        KernelDef { op, types, host_memory: &[], build }
+        KernelDef { op, types, host_memory: &[], deferrable: false, build }
+    }
+
+    pub const fn deferrable(self) -> Self {
+        KernelDef { deferrable: true, ..self }
     }
 
     pub const fn host_memory(self, host_memory: &'static [&'static str]) -> Self {

@@ -83,6 +83,23 @@ pub fn install<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     }
 }
 
+/// Whether the calling thread is one of the pool's workers.
+pub fn on_worker() -> bool {
+    rayon::current_thread_index().is_some()
+}
+
+/// Runs `work` on the pool without waiting for it, or hands it back when
+/// there is no pool.
+pub fn spawn<F: FnOnce() + Send + 'static>(work: F) -> Result<(), F> {
+    match pool() {
+        Some(pool) => {
+            pool.spawn(work);
+            Ok(())
+        }
+        None => Err(work),
+    }
+}
+
 /// Calls `work(index, chunk)` for every `chunk_len`-sized chunk of `out`
 /// (the last may be shorter), sharing the chunks between the calling thread
 /// and the pool.

@@ -31,6 +31,14 @@ pub struct TF_OpKernelContext {
     _private: [u8; 0],
 }
 
+/// TensorFlow's completion callback of an asynchronous kernel: a pointer to
+/// the `std::function<void()>` its `ComputeAsync` received *by value*, so it
+/// dangles once our compute callback returns (see `abi::deferred`).
+#[repr(C)]
+pub struct TF_AsyncOpKernelDoneCallback {
+    _private: [u8; 0],
+}
+
 /// Opaque tensor handle. Each handle returned to us holds a reference on the
 /// buffer and must be released with `TF_DeleteTensor`.
 #[repr(C)]
@@ -58,6 +66,9 @@ pub const TF_UINT64: TF_DataType = 23;
 pub type TF_KernelCreateFn = unsafe extern "C" fn(*mut TF_OpKernelConstruction) -> *mut c_void;
 /// Called by TensorFlow for every execution of the node.
 pub type TF_KernelComputeFn = unsafe extern "C" fn(*mut c_void, *mut TF_OpKernelContext);
+/// Called by TensorFlow for every execution of an asynchronous kernel; the
+/// node completes when `done` is run.
+pub type TF_KernelComputeAsyncFn = unsafe extern "C" fn(*mut c_void, *mut TF_OpKernelContext, *mut TF_AsyncOpKernelDoneCallback);
 /// Called by TensorFlow when the kernel instance is destroyed (also with a
 /// null pointer if the create callback returned null).
 pub type TF_KernelDeleteFn = unsafe extern "C" fn(*mut c_void);
@@ -72,6 +83,18 @@ extern "C" {
         compute_func: Option<TF_KernelComputeFn>,
         delete_func: Option<TF_KernelDeleteFn>,
     ) -> *mut TF_KernelBuilder;
+
+    pub fn TF_NewAsyncKernelBuilder(
+        op_name: *const c_char,
+        device_name: *const c_char,
+        create_func: Option<TF_KernelCreateFn>,
+        compute_async_func: Option<TF_KernelComputeAsyncFn>,
+        delete_func: Option<TF_KernelDeleteFn>,
+    ) -> *mut TF_KernelBuilder;
+
+    /// Runs the `std::function<void()>` at `done` (throws, i.e. aborts, if
+    /// it is empty).
+    pub fn TF_RunAsyncOpKernelDoneCallback(done: *mut TF_AsyncOpKernelDoneCallback);
 
     pub fn TF_KernelBuilder_TypeConstraint(
         kernel_builder: *mut TF_KernelBuilder,
