@@ -14,6 +14,10 @@
 //! moment still use TensorFlow's intra-op pool; the two then share the cores
 //! the way two devices of one process always do.)
 //!
+//! Deferred kernels (products and convolutions with large inputs, see
+//! `abi::kernels::compute_kernel_async`) run as whole jobs on this pool
+//! ([`spawn`]); their own parallel loops then split across the same workers.
+//!
 //! A dedicated pool (not rayon's global one) keeps our workers named, sized
 //! by us, and out of the way of any other rayon user in the process (another
 //! plugin or Python extension may configure the global pool differently).
