@@ -31,7 +31,7 @@ use super::{ffi_guard, ffi_guard_or};
 use crate::error::Error;
 use crate::kernels::shape::{element_count, ShapeDisplay};
 use super::ffi::done::DoneCallback;
-use crate::kernels::{pool, Attrs, DType, Kernel, KernelDef, OpContext, Tensor, DEFER_MIN_INPUT_BYTES};
+use crate::kernels::{pool, Attrs, DType, Kernel, KernelDef, OpContext, Tensor, DEFER_MIN_INPUT_BYTES, DEFER_MIN_WORK};
 
 /// The registry, fixed for the process: `create_nth::<I>` builds entry `I`.
 fn definitions() -> &'static [KernelDef] {
@@ -244,8 +244,8 @@ unsafe extern "C" fn compute_kernel(kernel: *mut c_void, ctx: *mut TF_OpKernelCo
 }
 
 /// The compute callback of a [deferrable](KernelDef::deferrable) kernel,
-/// registered through `TF_NewAsyncKernelBuilder`. An execution whose inputs
-/// reach [`DEFER_MIN_INPUT_BYTES`] moves `done` out of TensorFlow's frame
+/// registered through `TF_NewAsyncKernelBuilder`. An execution worth it
+/// ([`worth_deferring`]) moves `done` out of TensorFlow's frame
 /// and runs on the compute pool, and the executor thread goes on with other
 /// ready nodes meanwhile: TensorFlow runs a pluggable device's synchronous
 /// kernels one after another on the thread that reached them, so without
@@ -264,7 +264,9 @@ unsafe extern "C" fn compute_kernel(kernel: *mut c_void, ctx: *mut TF_OpKernelCo
 /// As [`compute_kernel`]; `done` is TensorFlow's callback for this execution.
 unsafe extern "C" fn compute_kernel_async(kernel: *mut c_void, ctx: *mut TF_OpKernelContext, done: *mut TF_AsyncOpKernelDoneCallback) {
     let deferred = ffi_guard_or(false, "kernel compute", || {
-        if ctx.is_null() || pool::on_worker() || input_bytes(ctx) < DEFER_MIN_INPUT_BYTES {
+        // SAFETY: as in `compute_kernel` (null is checked).
+        let Some(instance) = (unsafe { kernel.cast::<Instance>().as_ref() }) else { return Ok(false) };
+        if ctx.is_null() || pool::on_worker() || !worth_deferring(instance, ctx) {
             return Ok(false);
         }
         // SAFETY: `done` is this execution's callback; once taken, only the
@@ -316,23 +318,31 @@ impl Deferred {
     }
 }
 
-/// Total bytes of the node's inputs.
-fn input_bytes(ctx: *mut TF_OpKernelContext) -> usize {
-    let Ok(status) = OwnedStatus::new() else { return 0 };
+/// Whether this execution does enough work to repay a pool hand-off: the
+/// kernel's own multiply-add count when it reports one, else the bytes of
+/// its inputs.
+fn worth_deferring(instance: &Instance, ctx: *mut TF_OpKernelContext) -> bool {
+    let Ok(status) = OwnedStatus::new() else { return false };
     // SAFETY: `ctx` is live for this compute call.
     let count = unsafe { TF_NumInputs(ctx) };
-    let mut total = 0;
+    let (mut shapes, mut bytes) = (Vec::with_capacity(count.max(0) as usize), 0);
     for index in 0..count {
         let mut raw: *mut TF_Tensor = ptr::null_mut();
-        // SAFETY: index in range, out-pointer valid; a returned handle is ours to delete.
+        // SAFETY: index in range, out-pointer valid; a returned handle is
+        // ours, released when `handle` drops.
         unsafe { TF_GetInput(ctx, index, &mut raw, status.as_ptr()) };
-        if let Some(handle) = NonNull::new(raw) {
-            // SAFETY: a live handle.
-            total += unsafe { TF_TensorByteSize(handle.as_ptr()) };
-            drop(TensorHandle(handle));
+        let Some(handle) = NonNull::new(raw).map(TensorHandle) else { return false };
+        // SAFETY: a live handle; dimensions are read below its rank.
+        unsafe {
+            bytes += TF_TensorByteSize(handle.0.as_ptr());
+            let rank = TF_NumDims(handle.0.as_ptr()).max(0);
+            shapes.push((0..rank).map(|d| usize::try_from(TF_Dim(handle.0.as_ptr(), d)).unwrap_or(0)).collect());
         }
     }
-    total
+    match instance.kernel.deferral_work(&shapes) {
+        Some(work) => work >= DEFER_MIN_WORK,
+        None => bytes >= DEFER_MIN_INPUT_BYTES,
+    }
 }
 
 /// # Safety

@@ -34,6 +34,11 @@ pub use streams::{SendPtr, StreamQueue, WorkFn};
 /// How many times a device replaces a faulty guest instance before giving up.
 pub const MAX_REPLACEMENTS: u32 = 8;
 
+/// Copies and fills up to this size run on the calling thread when their
+/// stream is idle (see [`StreamQueue::run_if_idle`]): a few tens of µs of
+/// the caller's time at most, held under the guest lock.
+pub const INLINE_WORK_MAX_BYTES: u64 = 1 << 20;
+
 /// Handles given to TensorFlow encode the device ordinal in their top bits
 /// so handle-only callbacks (`SP_TimerFns::nanoseconds`) find their device.
 const ORDINAL_SHIFT: u32 = 48;
@@ -397,14 +402,31 @@ impl Device {
         queue.close();
     }
 
-    /// Runs `work` on stream `handle` in the order the guest decides.
-    pub fn submit(&self, handle: Handle, kind: WorkKind, work: WorkFn) -> Result<(), Error> {
+    /// Runs `work` on stream `handle` in the order the guest decides. Work
+    /// marked `small` (a copy or fill of at most [`INLINE_WORK_MAX_BYTES`])
+    /// runs at once on the calling thread when the stream is idle.
+    pub fn submit(&self, handle: Handle, kind: WorkKind, work: WorkFn, small: bool) -> Result<(), Error> {
         let mut slot = self.slot.lock();
         let ordered = self.order(&mut slot, handle, true, "streams.submit", |g, s, id| {
             g.tfwasm_device_streams().call_submit(s, id, kind)
         })?;
-        ordered.queue.enqueue(ordered.seq, ordered.after, work);
+        self.run_or_enqueue(&mut slot, ordered, work, small);
         Ok(())
+    }
+
+    /// Runs `work` now if it is small and its stream idle (publishing the
+    /// completion under the guest lock the caller holds), else queues it.
+    fn run_or_enqueue(&self, slot: &mut GuestSlot, ordered: Ordered, work: WorkFn, small: bool) {
+        let Ordered { queue, seq, after, .. } = ordered;
+        let work = if small {
+            match queue.run_if_idle(seq, &after, work) {
+                Ok((at_ns, outcome)) => return self.publish_completion(slot, &queue, seq, at_ns, outcome),
+                Err(work) => work,
+            }
+        } else {
+            work
+        };
+        queue.enqueue(seq, after, work);
     }
 
     /// The queue behind a stream handle of this device.
@@ -494,10 +516,11 @@ impl Device {
             let event_id = event_id.expect("asked only when the guest knows the event");
             g.tfwasm_device_streams().call_record_event(s, id, event_id)
         })?;
-        ordered.queue.enqueue(ordered.seq, ordered.after, Box::new(|| Ok(())));
+        let (queue, seq, by_guest) = (ordered.queue.clone(), ordered.seq, ordered.by_guest);
+        self.run_or_enqueue(&mut slot, ordered, Box::new(|| Ok(())), true);
         if let Some(record) = slot.events.get_mut(&event) {
-            record.marker = Some((ordered.queue, ordered.seq));
-            record.guest_recorded = ordered.by_guest;
+            record.marker = Some((queue, seq));
+            record.guest_recorded = by_guest;
         }
         Ok(())
     }
@@ -648,12 +671,17 @@ impl Device {
     /// the completion under the guest lock, so the two views never disagree.
     fn on_complete(&self, queue: &StreamQueue, seq: u64, at_ns: u64, outcome: Result<(), String>) {
         let mut slot = self.slot.lock();
+        self.publish_completion(&mut slot, queue, seq, at_ns, outcome);
+    }
+
+    /// Tells the guest that `seq` ran and publishes it to the host.
+    fn publish_completion(&self, slot: &mut GuestSlot, queue: &StreamQueue, seq: u64, at_ns: u64, outcome: Result<(), String>) {
         if let Err(message) = &outcome {
             tracing::error!("{}: work {seq} on stream {:#x} failed: {message}", self.name, queue.id);
         }
         if let Some(id) = slot.streams.get(&queue.id).and_then(|r| r.guest_id) {
             let ok = outcome.is_ok();
-            if let Err(e) = self.guest_call(&mut slot, "streams.complete", |g, s| {
+            if let Err(e) = self.guest_call(slot, "streams.complete", |g, s| {
                 g.tfwasm_device_streams().call_complete(s, id, seq, at_ns, ok)
             }) {
                 tracing::debug!("{e}");

@@ -55,6 +55,14 @@ use crate::error::Error;
 /// from several threads at once) for every execution.
 pub trait Kernel: Send + Sync {
     fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error>;
+
+    /// The multiply-adds one execution on inputs of these shapes does, for a
+    /// [deferrable](KernelDef::deferrable) kernel that can tell (a product
+    /// with large operands can still be small: a Keras `Dense(10)` on 784
+    /// features). `None`: decide by input bytes alone.
+    fn deferral_work(&self, _input_shapes: &[Vec<usize>]) -> Option<usize> {
+        None
+    }
 }
 
 /// Inputs (in all) from which an execution of a [deferrable](KernelDef::deferrable)
@@ -63,6 +71,11 @@ pub trait Kernel: Send + Sync {
 /// below it the pool hand-off (a worker wake-up, ~10–30 µs on two cores)
 /// would cost more than the overlap wins.
 pub const DEFER_MIN_INPUT_BYTES: usize = 256 << 10;
+
+/// Multiply-adds from which a deferrable kernel that reports its work
+/// ([`Kernel::deferral_work`]) is deferred: ~40–80 µs on one core, a few
+/// times a pool hand-off.
+pub const DEFER_MIN_WORK: usize = 4 << 20;
 
 /// Builds a kernel for a node from its attributes.
 pub type BuildFn = fn(&dyn Attrs) -> Result<Box<dyn Kernel>, Error>;
