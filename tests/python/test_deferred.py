@@ -1,7 +1,8 @@
 """Deferred kernels against the real wheel.
 
 Products and convolutions are registered with ``TF_NewAsyncKernelBuilder``:
-an execution with at least 256 KiB of inputs moves TensorFlow's completion
+an execution worth it (a product of at least 4M multiply-adds, a
+convolution with at least 256 KiB of inputs) moves TensorFlow's completion
 callback (a ``std::function`` in TensorFlow's stack frame) out of the frame
 and finishes on the compute pool after the compute callback returned
 (``host/src/abi/ffi/done.rs``, ``abi::kernels::compute_kernel_async``).
@@ -18,7 +19,8 @@ DEFERRED_OPS = ("MatMul", "BatchMatMulV2", "Conv2D", "Conv2DBackpropInput", "Con
 
 PRODUCTS = """
 rng = np.random.default_rng(7)
-# 131×509 float32 = 266 KB: every product below reaches the 256 KiB mark.
+# Products of 131·509·127 (8.5M) multiply-adds and more are deferred;
+# z below (2.2M) is not.
 a = rng.standard_normal((131, 509)).astype(np.float32)
 b = rng.standard_normal((509, 127)).astype(np.float32)
 c = rng.standard_normal((509, 131)).astype(np.float32)
@@ -35,7 +37,7 @@ def graph(a, b, c, batch_a, batch_b):
     with tf.device("/device:WASM:0"):
         x = tf.matmul(a, b)                    # independent of y: both deferred
         y = tf.matmul(a, c)
-        z = tf.matmul(y, x, transpose_a=True)  # 135 KB of inputs: inline
+        z = tf.matmul(y, x, transpose_a=True)  # 131·131·127: inline
         w = tf.linalg.matmul(batch_a, batch_b) # BatchMatMulV2
         return x, y, z, w
 
@@ -99,7 +101,7 @@ def test_a_failing_deferred_product_is_a_python_error_and_the_process_carries_on
             with tf.device("/device:WASM:0"):
                 return tf.matmul(a, b)
 
-        a = np.ones((300, 509), np.float32)  # 610 KB: deferred
+        a = np.ones((300, 509), np.float32)  # bad shapes: no work estimate, 870 KB of inputs: deferred
         try:
             product(a, np.ones((508, 127), np.float32)).numpy()
             result("error", "none")

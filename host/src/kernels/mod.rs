@@ -91,7 +91,8 @@ pub struct KernelDef {
     /// Input/output argument names TensorFlow keeps in host memory (shapes,
     /// axes, sizes a kernel reads before it can allocate).
     pub host_memory: &'static [&'static str],
-    /// Whether an execution with [`DEFER_MIN_INPUT_BYTES`] of inputs may
+    /// Whether a large execution ([`DEFER_MIN_WORK`] multiply-adds when the
+    /// kernel reports them, else [`DEFER_MIN_INPUT_BYTES`] of inputs) may
     /// finish after TensorFlow's compute callback returned, on the compute
     /// pool, so the executor runs other ready nodes meanwhile (see
     /// `abi::kernels::compute_kernel_async`). For ops whose large executions
