@@ -40,10 +40,6 @@ struct Job {
 #[derive(Default)]
 struct QueueState {
     jobs: VecDeque<Job>,
-    /// Highest seq enqueued.
-    submitted: u64,
-    /// Highest seq completed (jobs complete in seq order).
-    completed: u64,
     /// First failure on this stream.
     error: Option<String>,
     closing: bool,
@@ -53,12 +49,13 @@ pub struct StreamQueue {
     /// Host-wide unique id, for logs.
     pub id: u64,
     state: Mutex<QueueState>,
-    /// `state.submitted` and `state.completed`, readable without the lock.
-    /// Written only under it; the device checks every ticket and polls
-    /// every event against them, and taking `state` for that made those
-    /// calls queue behind the stream's own worker (a `record_event` right
-    /// after a copy waited ~40 µs on average for the worker that had just
-    /// been woken for the copy).
+    /// Highest seq enqueued, and highest seq completed (jobs complete in
+    /// seq order). Written only under `state`, so they change together with
+    /// the jobs and the condvar's waiters see them; read without it, because
+    /// the device checks every ticket and polls every event against them,
+    /// and taking `state` for that made those calls queue behind the
+    /// stream's own worker (a `record_event` right after a copy waited
+    /// ~40 µs on average for the worker that had just been woken for it).
     submitted: AtomicU64,
     completed: AtomicU64,
     changed: Condvar,
@@ -84,8 +81,7 @@ impl StreamQueue {
     /// Appends a job. `seq` must exceed every earlier seq of this queue.
     pub fn enqueue(&self, seq: u64, after: Vec<(Arc<StreamQueue>, u64)>, work: WorkFn) {
         let mut state = self.state.lock();
-        debug_assert!(seq > state.submitted, "tickets are validated before enqueue");
-        state.submitted = seq;
+        debug_assert!(seq > self.submitted(), "tickets are validated before enqueue");
         self.submitted.store(seq, Ordering::Release);
         OUTSTANDING.fetch_add(1, Ordering::SeqCst);
         state.jobs.push_back(Job { seq, after, work });
@@ -105,19 +101,25 @@ impl StreamQueue {
     /// lock), so no later seq can overtake this one.
     pub fn run_if_idle(&self, seq: u64, after: &[(Arc<StreamQueue>, u64)], work: WorkFn) -> Result<(u64, Result<(), String>), WorkFn> {
         {
-            let mut state = self.state.lock();
-            let idle = state.jobs.is_empty() && state.completed == state.submitted && !state.closing;
-            if !idle || seq <= state.submitted || after.iter().any(|(queue, seq)| queue.completed() < *seq) {
+            let state = self.state.lock();
+            let submitted = self.submitted();
+            let idle = state.jobs.is_empty() && self.completed() == submitted && !state.closing;
+            if !idle || seq <= submitted || after.iter().any(|(queue, seq)| queue.completed() < *seq) {
                 return Err(work);
             }
-            state.submitted = seq;
             self.submitted.store(seq, Ordering::Release);
         }
+        Ok(self.run_work(seq, work))
+    }
+
+    /// Runs one work item; a panic is its failure. Returns `(finished-at
+    /// ns, outcome)`.
+    fn run_work(&self, seq: u64, work: WorkFn) -> (u64, Result<(), String>) {
         let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
             Ok(outcome) => outcome,
             Err(_) => Err(format!("work item {seq} on stream {} panicked", self.id)),
         };
-        Ok((crate::sandbox::monotonic_ns(), outcome))
+        (crate::sandbox::monotonic_ns(), outcome)
     }
 
     pub fn submitted(&self) -> u64 {
@@ -138,8 +140,7 @@ impl StreamQueue {
     /// host change their view of the stream together.
     pub fn mark_completed(&self, seq: u64, outcome: Result<(), String>) {
         let mut state = self.state.lock();
-        state.completed = state.completed.max(seq);
-        self.completed.store(state.completed, Ordering::Release);
+        self.completed.fetch_max(seq, Ordering::Release);
         if let Err(message) = outcome {
             state.error.get_or_insert(message);
         }
@@ -149,7 +150,7 @@ impl StreamQueue {
     /// Blocks until `seq` has completed (or the queue is shutting down).
     pub fn wait_for(&self, seq: u64) {
         let mut state = self.state.lock();
-        while state.completed < seq && !state.closing {
+        while self.completed() < seq && !state.closing {
             self.changed.wait_for(&mut state, Duration::from_millis(100));
         }
     }
@@ -191,11 +192,7 @@ fn run(queue: Weak<StreamQueue>) {
         for (other, seq) in &job.after {
             other.wait_for(*seq);
         }
-        let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(job.work)) {
-            Ok(outcome) => outcome,
-            Err(_) => Err(format!("work item {} on stream {} panicked", job.seq, queue.id)),
-        };
-        let at_ns = crate::sandbox::monotonic_ns();
+        let (at_ns, outcome) = queue.run_work(job.seq, job.work);
         (queue.on_complete)(&queue, job.seq, at_ns, outcome);
         OUTSTANDING.fetch_sub(1, Ordering::SeqCst);
     }
