@@ -266,7 +266,8 @@ unsafe extern "C" fn compute_kernel_async(kernel: *mut c_void, ctx: *mut TF_OpKe
     let deferred = ffi_guard_or(false, "kernel compute", || {
         // SAFETY: as in `compute_kernel` (null is checked).
         let Some(instance) = (unsafe { kernel.cast::<Instance>().as_ref() }) else { return Ok(false) };
-        if ctx.is_null() || pool::on_worker() || !worth_deferring(instance, ctx) {
+        let Some(context) = NonNull::new(ctx) else { return Ok(false) };
+        if pool::on_worker() || !worth_deferring(instance, context) {
             return Ok(false);
         }
         // SAFETY: `done` is this execution's callback; once taken, only the
@@ -320,28 +321,17 @@ impl Deferred {
 
 /// Whether this execution does enough work to repay a pool hand-off: the
 /// kernel's own multiply-add count when it reports one, else the bytes of
-/// its inputs.
-fn worth_deferring(instance: &Instance, ctx: *mut TF_OpKernelContext) -> bool {
+/// its inputs. Inputs it cannot read are left to `compute_kernel` to report.
+fn worth_deferring(instance: &Instance, ctx: NonNull<TF_OpKernelContext>) -> bool {
     let Ok(status) = OwnedStatus::new() else { return false };
-    // SAFETY: `ctx` is live for this compute call.
-    let count = unsafe { TF_NumInputs(ctx) };
-    let (mut shapes, mut bytes) = (Vec::with_capacity(count.max(0) as usize), 0);
-    for index in 0..count {
-        let mut raw: *mut TF_Tensor = ptr::null_mut();
-        // SAFETY: index in range, out-pointer valid; a returned handle is
-        // ours, released when `handle` drops.
-        unsafe { TF_GetInput(ctx, index, &mut raw, status.as_ptr()) };
-        let Some(handle) = NonNull::new(raw).map(TensorHandle) else { return false };
-        // SAFETY: a live handle; dimensions are read below its rank.
-        unsafe {
-            bytes += TF_TensorByteSize(handle.0.as_ptr());
-            let rank = TF_NumDims(handle.0.as_ptr()).max(0);
-            shapes.push((0..rank).map(|d| usize::try_from(TF_Dim(handle.0.as_ptr(), d)).unwrap_or(0)).collect());
-        }
-    }
+    let context = Context { raw: ctx, op: instance.op, status: &status };
+    let Ok(inputs) = (0..context.num_inputs()).map(|index| context.input(index)).collect::<Result<Vec<Tensor>, Error>>() else {
+        return false;
+    };
+    let shapes: Vec<&[usize]> = inputs.iter().map(Tensor::shape).collect();
     match instance.kernel.deferral_work(&shapes) {
         Some(work) => work >= DEFER_MIN_WORK,
-        None => bytes >= DEFER_MIN_INPUT_BYTES,
+        None => inputs.iter().map(|input| input.len() * input.dtype().size()).sum::<usize>() >= DEFER_MIN_INPUT_BYTES,
     }
 }
 

@@ -37,8 +37,8 @@ impl Kernel for MatMulAttrs {
         plan.run(a.data()?, b.data()?, out.data_mut()?)
     }
 
-    fn deferral_work(&self, input_shapes: &[Vec<usize>]) -> Option<usize> {
-        let [a, b] = input_shapes else { return None };
+    fn deferral_work(&self, input_shapes: &[&[usize]]) -> Option<usize> {
+        let &[a, b] = input_shapes else { return None };
         let plan = MatMulPlan::new(*self, a, b).ok()?;
         plan.m.checked_mul(plan.n)?.checked_mul(plan.k)
     }
@@ -298,15 +298,15 @@ mod tests {
     fn products_report_their_multiply_adds_for_deferral() {
         let t_a = MatMulAttrs { transpose_a: true, transpose_b: false };
         // A layer's weight gradient: xᵀ[784,128] · dy[128,512].
-        assert_eq!(t_a.deferral_work(&[vec![128, 784], vec![128, 512]]), Some(784 * 128 * 512));
+        assert_eq!(t_a.deferral_work(&[&[128, 784], &[128, 512]]), Some(784 * 128 * 512));
         // A Dense(10) on 784 features: large operands, little work.
-        assert!(MatMulAttrs::default().deferral_work(&[vec![128, 784], vec![784, 10]]).unwrap() < crate::kernels::DEFER_MIN_WORK);
+        assert!(MatMulAttrs::default().deferral_work(&[&[128, 784], &[784, 10]]).unwrap() < crate::kernels::DEFER_MIN_WORK);
         // Shapes the kernel will reject: no estimate (decided by bytes).
-        assert_eq!(MatMulAttrs::default().deferral_work(&[vec![3, 4], vec![5, 6]]), None);
-        assert_eq!(MatMulAttrs::default().deferral_work(&[vec![3, 4]]), None);
+        assert_eq!(MatMulAttrs::default().deferral_work(&[&[3, 4], &[5, 6]]), None);
+        assert_eq!(MatMulAttrs::default().deferral_work(&[&[3, 4]]), None);
         // Batched, with a broadcast batch dimension: 3 products of 67·509·61.
         let batch = BatchMatMulKernel { attrs: MatMulAttrs::default() };
-        assert_eq!(batch.deferral_work(&[vec![3, 67, 509], vec![1, 509, 61]]), Some(3 * 67 * 509 * 61));
+        assert_eq!(batch.deferral_work(&[&[3, 67, 509], &[1, 509, 61]]), Some(3 * 67 * 509 * 61));
     }
 
     #[test]
@@ -412,8 +412,8 @@ impl Kernel for BatchMatMulKernel {
         plan.run(x.data()?, y.data()?, out.data_mut()?)
     }
 
-    fn deferral_work(&self, input_shapes: &[Vec<usize>]) -> Option<usize> {
-        let [x, y] = input_shapes else { return None };
+    fn deferral_work(&self, input_shapes: &[&[usize]]) -> Option<usize> {
+        let &[x, y] = input_shapes else { return None };
         let plan = BatchMatMulPlan::new(self.attrs, x, y).ok()?;
         let MatMulPlan { m, n, k, .. } = plan.matrix;
         plan.pairs.len().checked_mul(m)?.checked_mul(n)?.checked_mul(k)

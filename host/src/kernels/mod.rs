@@ -60,7 +60,7 @@ pub trait Kernel: Send + Sync {
     /// [deferrable](KernelDef::deferrable) kernel that can tell (a product
     /// with large operands can still be small: a Keras `Dense(10)` on 784
     /// features). `None`: decide by input bytes alone.
-    fn deferral_work(&self, _input_shapes: &[Vec<usize>]) -> Option<usize> {
+    fn deferral_work(&self, _input_shapes: &[&[usize]]) -> Option<usize> {
         None
     }
 }
