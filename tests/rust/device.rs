@@ -112,17 +112,17 @@ fn work_waits_for_recorded_events_across_streams() {
     let event = device.create_event().unwrap();
     assert_eq!(device.event_status(event).unwrap(), EventStatus::Unknown);
     let log = Arc::new(Mutex::new(Vec::new()));
-    device.submit(a, WorkKind::CopyHostToDevice, logger(&log, "a-slow-copy", 100), false).unwrap();
+    device.submit(a, WorkKind::CopyHostToDevice, logger(&log, "a-slow-copy", 100), None).unwrap();
     device.record_event(a, event).unwrap();
     assert_eq!(device.event_status(event).unwrap(), EventStatus::Pending);
     device.wait_for_event(b, event).unwrap();
-    device.submit(b, WorkKind::CopyDeviceToHost, logger(&log, "b-after-event", 0), false).unwrap();
+    device.submit(b, WorkKind::CopyDeviceToHost, logger(&log, "b-after-event", 0), None).unwrap();
     device.block_until_done(b).unwrap();
     assert_eq!(*log.lock(), vec!["a-slow-copy", "b-after-event"]);
     device.block_for_event(event).unwrap();
     assert_eq!(device.event_status(event).unwrap(), EventStatus::Complete);
     // Events are pooled and re-recorded by TensorFlow.
-    device.submit(a, WorkKind::Memset, logger(&log, "a-again", 50), false).unwrap();
+    device.submit(a, WorkKind::Memset, logger(&log, "a-again", 50), None).unwrap();
     device.record_event(a, event).unwrap();
     device.block_for_event(event).unwrap();
     assert_eq!(device.event_status(event).unwrap(), EventStatus::Complete);
@@ -138,9 +138,9 @@ fn stream_dependency_orders_work() {
     let a = device.create_stream().unwrap();
     let b = device.create_stream().unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
-    device.submit(a, WorkKind::CopyHostToDevice, logger(&log, "a", 80), false).unwrap();
+    device.submit(a, WorkKind::CopyHostToDevice, logger(&log, "a", 80), None).unwrap();
     device.add_dependency(b, a, device.stream_queue(a).unwrap()).unwrap();
-    device.submit(b, WorkKind::HostCallback, logger(&log, "b", 0), false).unwrap();
+    device.submit(b, WorkKind::HostCallback, logger(&log, "b", 0), None).unwrap();
     device.synchronize_all();
     assert_eq!(*log.lock(), vec!["a", "b"]);
     assert!(device.stream_status(a).is_ok());
@@ -151,7 +151,7 @@ fn failed_work_puts_the_stream_in_error() {
     let device = reference_device(4 << 20);
     let s = device.create_stream().unwrap();
     let event = device.create_event().unwrap();
-    device.submit(s, WorkKind::Memset, Box::new(|| Err("memset32 misaligned".into())), false).unwrap();
+    device.submit(s, WorkKind::Memset, Box::new(|| Err("memset32 misaligned".into())), None).unwrap();
     device.record_event(s, event).unwrap();
     device.block_until_done(s).unwrap();
     let err = device.stream_status(s).unwrap_err();
@@ -168,7 +168,7 @@ fn timers_measure_the_work_between_markers() {
     device.submit(s, WorkKind::CopyDeviceToDevice, Box::new(|| {
         std::thread::sleep(Duration::from_millis(20));
         Ok(())
-    }), false).unwrap();
+    }), None).unwrap();
     device.mark_timer(s, timer, false).unwrap();
     device.block_until_done(s).unwrap();
     let ns = device.timer_nanoseconds(timer).unwrap();

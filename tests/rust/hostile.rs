@@ -146,17 +146,17 @@ fn stream_lie_is_survived(mode: &str) {
         std::thread::sleep(std::time::Duration::from_millis(50));
         flag.store(true, Ordering::SeqCst);
         Ok(())
-    }), false).unwrap();
+    }), None).unwrap();
     device.record_event(a, event).unwrap();
     device.wait_for_event(b, event).unwrap();
     let seen = ran_a.clone();
     let ok = Arc::new(AtomicBool::new(false));
     let ok2 = ok.clone();
-    // Small: runs inline if b is idle and the event's work done, else queues.
+    // A small copy: runs inline if b is idle and the event's work done, else queues.
     device.submit(b, WorkKind::CopyDeviceToHost, Box::new(move || {
         ok2.store(seen.load(Ordering::SeqCst), Ordering::SeqCst);
         Ok(())
-    }), true).unwrap();
+    }), Some(8)).unwrap();
     // Whatever the guest says, the event's status is the host's truth.
     let status = device.event_status(event).unwrap();
     device.synchronize_all();
@@ -200,7 +200,7 @@ fn refused_submits_hand_the_stream_to_the_host() {
             .submit(s, WorkKind::CopyHostToDevice, Box::new(move || {
                 ran.fetch_add(1, Ordering::SeqCst);
                 Ok(())
-            }), false)
+            }), None)
             .unwrap();
     }
     device.block_until_done(s).unwrap();

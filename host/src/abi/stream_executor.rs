@@ -601,21 +601,21 @@ unsafe extern "C" fn timer_nanoseconds(timer: SP_Timer) -> u64 {
 unsafe extern "C" fn memcpy_dtoh(device: *const SP_Device, stream: SP_Stream, dst: *mut c_void, src: *const SP_DeviceMemoryBase, size: u64, status: *mut TF_Status) {
     ffi_guard(status, || {
         let work = copy_work(host_range(dst, size, "memcpy_dtoh")?, device_range(src, size, "memcpy_dtoh")?, size);
-        device_of(device)?.submit(handle(stream), WorkKind::CopyDeviceToHost, work, size <= device::INLINE_WORK_MAX_BYTES)
+        device_of(device)?.submit(handle(stream), WorkKind::CopyDeviceToHost, work, Some(size))
     });
 }
 
 unsafe extern "C" fn memcpy_htod(device: *const SP_Device, stream: SP_Stream, dst: *mut SP_DeviceMemoryBase, src: *const c_void, size: u64, status: *mut TF_Status) {
     ffi_guard(status, || {
         let work = copy_work(device_range(dst, size, "memcpy_htod")?, host_range(src, size, "memcpy_htod")?, size);
-        device_of(device)?.submit(handle(stream), WorkKind::CopyHostToDevice, work, size <= device::INLINE_WORK_MAX_BYTES)
+        device_of(device)?.submit(handle(stream), WorkKind::CopyHostToDevice, work, Some(size))
     });
 }
 
 unsafe extern "C" fn memcpy_dtod(device: *const SP_Device, stream: SP_Stream, dst: *mut SP_DeviceMemoryBase, src: *const SP_DeviceMemoryBase, size: u64, status: *mut TF_Status) {
     ffi_guard(status, || {
         let work = copy_work(device_range(dst, size, "memcpy_dtod")?, device_range(src, size, "memcpy_dtod")?, size);
-        device_of(device)?.submit(handle(stream), WorkKind::CopyDeviceToDevice, work, size <= device::INLINE_WORK_MAX_BYTES)
+        device_of(device)?.submit(handle(stream), WorkKind::CopyDeviceToDevice, work, Some(size))
     });
 }
 
@@ -653,21 +653,21 @@ unsafe extern "C" fn synchronize_all_activity(device: *const SP_Device, status: 
 unsafe extern "C" fn mem_zero(device: *const SP_Device, stream: SP_Stream, location: *mut SP_DeviceMemoryBase, size: u64, status: *mut TF_Status) {
     ffi_guard(status, || {
         let work = fill_work(device_range(location, size, "mem_zero")?, size, 0, false);
-        device_of(device)?.submit(handle(stream), WorkKind::Memset, work, size <= device::INLINE_WORK_MAX_BYTES)
+        device_of(device)?.submit(handle(stream), WorkKind::Memset, work, Some(size))
     });
 }
 
 unsafe extern "C" fn memset(device: *const SP_Device, stream: SP_Stream, location: *mut SP_DeviceMemoryBase, pattern: u8, size: u64, status: *mut TF_Status) {
     ffi_guard(status, || {
         let work = fill_work(device_range(location, size, "memset")?, size, u32::from(pattern), false);
-        device_of(device)?.submit(handle(stream), WorkKind::Memset, work, size <= device::INLINE_WORK_MAX_BYTES)
+        device_of(device)?.submit(handle(stream), WorkKind::Memset, work, Some(size))
     });
 }
 
 unsafe extern "C" fn memset32(device: *const SP_Device, stream: SP_Stream, location: *mut SP_DeviceMemoryBase, pattern: u32, size: u64, status: *mut TF_Status) {
     ffi_guard(status, || {
         let work = fill_work(device_range(location, size, "memset32")?, size, pattern, true);
-        device_of(device)?.submit(handle(stream), WorkKind::Memset, work, size <= device::INLINE_WORK_MAX_BYTES)
+        device_of(device)?.submit(handle(stream), WorkKind::Memset, work, Some(size))
     });
 }
 
@@ -688,7 +688,7 @@ unsafe extern "C" fn host_callback(device: *const SP_Device, stream: SP_Stream, 
             }
             Ok(())
         });
-        device_of(device)?.submit(handle(stream), WorkKind::HostCallback, work, false)?;
+        device_of(device)?.submit(handle(stream), WorkKind::HostCallback, work, None)?;
         Ok(1)
     })
 }

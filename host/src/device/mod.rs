@@ -37,7 +37,7 @@ pub const MAX_REPLACEMENTS: u32 = 8;
 /// Copies and fills up to this size run on the calling thread when their
 /// stream is idle (see [`StreamQueue::run_if_idle`]): a few tens of µs of
 /// the caller's time at most, held under the guest lock.
-pub const INLINE_WORK_MAX_BYTES: u64 = 1 << 20;
+const INLINE_WORK_MAX_BYTES: u64 = 1 << 20;
 
 /// Handles given to TensorFlow encode the device ordinal in their top bits
 /// so handle-only callbacks (`SP_TimerFns::nanoseconds`) find their device.
@@ -402,15 +402,16 @@ impl Device {
         queue.close();
     }
 
-    /// Runs `work` on stream `handle` in the order the guest decides. Work
-    /// marked `small` (a copy or fill of at most [`INLINE_WORK_MAX_BYTES`])
-    /// runs at once on the calling thread when the stream is idle.
-    pub fn submit(&self, handle: Handle, kind: WorkKind, work: WorkFn, small: bool) -> Result<(), Error> {
+    /// Runs `work` on stream `handle` in the order the guest decides.
+    /// `bytes` is the size of a copy or fill, `None` for other work; a copy
+    /// or fill of at most [`INLINE_WORK_MAX_BYTES`] runs at once on the
+    /// calling thread when the stream is idle.
+    pub fn submit(&self, handle: Handle, kind: WorkKind, work: WorkFn, bytes: Option<u64>) -> Result<(), Error> {
         let mut slot = self.slot.lock();
         let ordered = self.order(&mut slot, handle, true, "streams.submit", |g, s, id| {
             g.tfwasm_device_streams().call_submit(s, id, kind)
         })?;
-        self.run_or_enqueue(&mut slot, ordered, work, small);
+        self.run_or_enqueue(&mut slot, ordered, work, bytes.is_some_and(|bytes| bytes <= INLINE_WORK_MAX_BYTES));
         Ok(())
     }
 
