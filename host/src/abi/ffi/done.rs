@@ -8,9 +8,10 @@
 //! function out, exactly as `std::function`'s move constructor does.
 //!
 //! The TensorFlow 2.21 Linux wheel is built against libstdc++, whose
-//! `std::function<void()>` is four words (checked against the wheel in
-//! `tests/python`, and visible in `TF_RunAsyncOpKernelDoneCallback`, which
-//! tests word 2 and jumps through word 3 with the object's address):
+//! `std::function<void()>` is four words (run against the wheel by
+//! `tests/python/test_deferred.py`, and visible in
+//! `TF_RunAsyncOpKernelDoneCallback`, which tests word 2 and jumps through
+//! word 3 with the object's address):
 //!
 //! | word | field | meaning |
 //! | --- | --- | --- |
@@ -171,7 +172,8 @@ mod tests {
         let done = unsafe { DoneCallback::take_with((&mut source as *mut StdFunction).cast(), run_like_tensorflow) }.expect("movable");
         assert!(source.manager.is_none() && source.invoker.is_none(), "the source is left empty");
         // Overwrite the source, as TensorFlow's frame would be reused.
-        source.functor.0 = [ptr::null_mut(); 2];
+        // SAFETY: `source` is a live local; all-zero words are a valid (empty) lookalike.
+        unsafe { ptr::write_bytes(&mut source as *mut StdFunction, 0, 1) };
         assert_eq!(counter.load(Ordering::SeqCst), 0);
         std::thread::spawn(move || done.run()).join().unwrap();
         assert_eq!(counter.load(Ordering::SeqCst), 1, "ran exactly once");

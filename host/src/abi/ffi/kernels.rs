@@ -33,7 +33,7 @@ pub struct TF_OpKernelContext {
 
 /// TensorFlow's completion callback of an asynchronous kernel: a pointer to
 /// the `std::function<void()>` its `ComputeAsync` received *by value*, so it
-/// dangles once our compute callback returns (see `abi::deferred`).
+/// dangles once our compute callback returns (see `abi::ffi::done`).
 #[repr(C)]
 pub struct TF_AsyncOpKernelDoneCallback {
     _private: [u8; 0],
