@@ -4,6 +4,7 @@
 //! - `TFWASM_POLICY`: the policy file (default: `tfwasm/device.toml` beside the plugin).
 //! - `TFWASM_GUEST`: the device guest, overriding the policy's `guest.path`.
 //! - `TFWASM_LOG`: log level (`error`, `warn`, `info`, `debug`, `trace`; default `warn`).
+//! - `TFWASM_FUSE`: `0` turns the graph pass's elementwise fusion off (default on).
 
 use std::ffi::{CStr, CString};
 use std::path::PathBuf;
@@ -86,6 +87,13 @@ pub fn policy_path() -> Result<PathBuf, Error> {
 /// `TFWASM_GUEST`, if set: replaces the policy's guest path.
 pub fn guest_override() -> Option<PathBuf> {
     std::env::var_os("TFWASM_GUEST").map(PathBuf::from)
+}
+
+/// Whether the graph pass fuses elementwise ops (`TFWASM_FUSE`, default
+/// on; `0`, `false` or `off` turn it off).
+pub fn fusion_enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| !matches!(std::env::var("TFWASM_FUSE").as_deref(), Ok("0" | "false" | "off")))
 }
 
 /// Installs the log subscriber once (stderr, level from `TFWASM_LOG`).

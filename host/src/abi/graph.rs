@@ -18,11 +18,14 @@
 
 use std::ffi::{c_void, CStr, CString};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::HashSet;
+use std::ffi::c_char;
 use std::sync::OnceLock;
 
 use super::ffi::grappler::*;
 use super::ffi::status::TF_Status;
 use super::ffi_guard;
+use super::kernels::OwnedStatus;
 use crate::error::Error;
 
 /// The device type whose graphs [`optimize`] rewrites, set by the one real
@@ -118,7 +121,7 @@ fn inert_device_type() -> Result<&'static CStr, Error> {
 unsafe extern "C" fn optimize(
     _optimizer: *mut c_void,
     graph: *const TF_Buffer,
-    _item: *const TF_GrapplerItem,
+    item: *const TF_GrapplerItem,
     optimized: *mut TF_Buffer,
     status: *mut TF_Status,
 ) {
@@ -126,10 +129,88 @@ unsafe extern "C" fn optimize(
         let device_type = TARGET.get().ok_or_else(|| Error::Internal("graph pass without a registration".into()))?;
         // SAFETY: TensorFlow passes its serialized graph, valid for this call.
         let input = unsafe { graph_bytes(graph) }?;
-        let output = crate::graph::optimize(input, device_type)?;
+        // Fusion needs our op registered and TensorFlow's list of nodes to
+        // keep; without either the pass only does its XLA rewrite.
+        let preserved = match crate::config::fusion_enabled() && super::kernels::fused_op_registered() {
+            // SAFETY: TensorFlow passes the item of this call (or null).
+            true => unsafe { nodes_to_preserve(item) }
+                .map_err(|error| tracing::debug!("tfwasm: no elementwise fusion in this graph: {error}"))
+                .ok(),
+            false => None,
+        };
+        let preserve = |name: &[u8]| preserved.as_ref().is_some_and(|set| set.contains(name));
+        let fuse: Option<crate::graph::Preserve<'_>> = preserved.is_some().then_some(&preserve);
+        let output = crate::graph::optimize(input, device_type, fuse)?;
         // SAFETY: as above, for the output buffer.
         unsafe { set_buffer(optimized, output) }
     });
+}
+
+/// TensorFlow's grappler-item accessors, if this process exports them.
+fn preserve_fns() -> Option<(TF_GetNodesToPreserveListSizeFn, TF_GetNodesToPreserveListFn)> {
+    static FNS: OnceLock<Option<(TF_GetNodesToPreserveListSizeFn, TF_GetNodesToPreserveListFn)>> = OnceLock::new();
+    *FNS.get_or_init(|| {
+        // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names has no
+        // preconditions; a non-null result is the exported function, whose
+        // C signature (grappler.h) the pointer types mirror.
+        unsafe {
+            let size = libc::dlsym(libc::RTLD_DEFAULT, c"TF_GetNodesToPreserveListSize".as_ptr());
+            let list = libc::dlsym(libc::RTLD_DEFAULT, c"TF_GetNodesToPreserveList".as_ptr());
+            if size.is_null() || list.is_null() {
+                tracing::warn!("tfwasm: TensorFlow exports no TF_GetNodesToPreserveList; the graph pass fuses nothing");
+                return None;
+            }
+            Some((
+                std::mem::transmute::<*mut c_void, TF_GetNodesToPreserveListSizeFn>(size),
+                std::mem::transmute::<*mut c_void, TF_GetNodesToPreserveListFn>(list),
+            ))
+        }
+    })
+}
+
+/// The names of the nodes TensorFlow needs kept (feeds, fetches, ...).
+///
+/// # Safety
+/// `item` is null or the grappler item TensorFlow passed to this call.
+unsafe fn nodes_to_preserve(item: *const TF_GrapplerItem) -> Result<HashSet<Vec<u8>>, Error> {
+    if item.is_null() {
+        return Err(Error::InvalidArgument("no grappler item".into()));
+    }
+    let (size_fn, list_fn) = preserve_fns().ok_or_else(|| Error::Internal("no TF_GetNodesToPreserveList".into()))?;
+    let status = OwnedStatus::new()?;
+    let (mut count, mut storage_size) = (0i32, 0usize);
+    // SAFETY: `item` is live for this call; the out-pointers are ours.
+    unsafe { size_fn(item, &mut count, &mut storage_size, status.as_ptr()) };
+    status.outcome().map_err(|failure| Error::Internal(failure.message))?;
+    let count = usize::try_from(count).map_err(|_| Error::Internal("negative preserve-list size".into()))?;
+    let mut values = vec![std::ptr::null_mut::<c_char>(); count];
+    let mut lengths = vec![0usize; count];
+    let mut storage = vec![0u8; storage_size];
+    // SAFETY: the arrays hold `count` entries and `storage` `storage_size`
+    // bytes, the sizes TensorFlow just asked for.
+    unsafe {
+        list_fn(
+            item,
+            values.as_mut_ptr(),
+            lengths.as_mut_ptr(),
+            count as i32,
+            storage.as_mut_ptr().cast(),
+            storage_size,
+            status.as_ptr(),
+        )
+    };
+    status.outcome().map_err(|failure| Error::Internal(failure.message))?;
+    let base = storage.as_ptr() as usize;
+    values
+        .iter()
+        .zip(&lengths)
+        .map(|(&value, &len)| {
+            // Every name must lie inside `storage`; anything else is refused
+            // rather than read.
+            let start = (value as usize).checked_sub(base).filter(|s| s.checked_add(len).is_some_and(|end| end <= storage.len()));
+            start.map(|s| storage[s..s + len].to_vec()).ok_or_else(|| Error::Internal("preserve-list name outside its storage".into()))
+        })
+        .collect()
 }
 
 /// The optimizer of an inert registration: never run (no device has its

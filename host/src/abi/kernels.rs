@@ -23,6 +23,7 @@
 use std::any::Any;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use super::ffi::kernels::*;
@@ -31,7 +32,7 @@ use super::{ffi_guard, ffi_guard_or};
 use crate::error::Error;
 use crate::kernels::shape::{element_count, Dims, ShapeDisplay};
 use super::ffi::done::DoneCallback;
-use crate::kernels::{pool, Attrs, DType, Kernel, KernelDef, OpContext, Tensor, DEFER_MIN_INPUT_BYTES, DEFER_MIN_WORK};
+use crate::kernels::{fused, pool, Attrs, DType, Kernel, KernelDef, OpContext, Tensor, DEFER_MIN_INPUT_BYTES, DEFER_MIN_WORK};
 
 /// The registry, fixed for the process: `create_nth::<I>` builds entry `I`.
 fn definitions() -> &'static [KernelDef] {
@@ -58,8 +59,21 @@ pub extern "C" fn TF_InitKernel() {
                 return Ok(());
             }
         };
+        let fused = match register_fused_op() {
+            Ok(()) => {
+                FUSED_OP.store(true, Ordering::Release);
+                true
+            }
+            Err(error) => {
+                tracing::warn!("{error}; the graph pass fuses no elementwise ops");
+                false
+            }
+        };
         let mut registered = 0;
         for (index, def) in definitions().iter().enumerate() {
+            if def.op == fused::OP && !fused {
+                continue;
+            }
             let Some(&create) = CREATE.get(index) else {
                 tracing::error!("tfwasm: more kernels than create callbacks ({}); {} falls back to the CPU device", CREATE.len(), def.op);
                 continue;
@@ -76,6 +90,57 @@ pub extern "C" fn TF_InitKernel() {
         tracing::debug!("tfwasm: registered {registered} kernels for {device_type:?}");
         Ok(())
     })
+}
+
+/// Whether [`fused::OP`] is registered with TensorFlow (with its kernel):
+/// the graph pass emits nodes of it only then.
+static FUSED_OP: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn fused_op_registered() -> bool {
+    FUSED_OP.load(Ordering::Acquire)
+}
+
+/// Defines [`fused::OP`], our own op, in TensorFlow's op registry: `N`
+/// float32 inputs, one output, the program in `expr`. Called once per
+/// process (never by a second copy of the library: TensorFlow aborts on a
+/// name registered twice). Its shape function leaves the output shape
+/// unknown, which is always correct: the nodes are made by our graph pass
+/// after shapes were inferred, and kernels need no static shapes.
+fn register_fused_op() -> Result<(), Error> {
+    let failed = |what: &str| Error::Internal(format!("cannot define the {} op: {what}", fused::OP));
+    let name = CString::new(fused::OP).map_err(|_| failed("bad op name"))?;
+    let specs = |list: &[&str]| list.iter().map(|s| CString::new(*s)).collect::<Result<Vec<_>, _>>();
+    let attrs = specs(&["N: int >= 1", "T: {float}", "expr: string"]).map_err(|_| failed("bad attribute spec"))?;
+    let (input, output) = (CString::new("inputs: N * T").map_err(|_| failed("bad input spec"))?, CString::new("y: T").map_err(|_| failed("bad output spec"))?);
+    let status = OwnedStatus::new()?;
+    // SAFETY: the strings are NUL-terminated and copied by TensorFlow during
+    // each call; the builder is ours until `TF_RegisterOpDefinition` takes
+    // it (whatever the outcome). The specs are fixed and valid, so the
+    // registration cannot hit TensorFlow's abort on an invalid spec.
+    unsafe {
+        let builder = TF_NewOpDefinitionBuilder(name.as_ptr());
+        if builder.is_null() {
+            return Err(failed("TF_NewOpDefinitionBuilder returned null"));
+        }
+        TF_OpDefinitionBuilderAddInput(builder, input.as_ptr());
+        TF_OpDefinitionBuilderAddOutput(builder, output.as_ptr());
+        for attr in &attrs {
+            TF_OpDefinitionBuilderAddAttr(builder, attr.as_ptr());
+        }
+        TF_OpDefinitionBuilderSetShapeInferenceFunction(builder, Some(unknown_shape));
+        status.clear();
+        TF_RegisterOpDefinition(builder, status.as_ptr());
+    }
+    status.outcome().map_err(|failure| failed(&failure.message))
+}
+
+/// The shape function of [`fused::OP`]: output shape unknown.
+unsafe extern "C" fn unknown_shape(ctx: *mut TF_ShapeInferenceContext, status: *mut TF_Status) {
+    ffi_guard_or((), "shape function", || {
+        // SAFETY: TensorFlow passes a live context and status for this call.
+        unsafe { TF_ShapeInferenceContextSetUnknownShape(ctx, status) };
+        Ok(())
+    });
 }
 
 fn register(def: &KernelDef, combo: &[(&str, DType)], create: TF_KernelCreateFn, device_type: &CStr) -> Result<(), Error> {
@@ -621,16 +686,16 @@ impl OpContext for Context<'_> {
 // Status plumbing
 
 /// A `TF_Status` created for one callback and deleted at its end.
-struct OwnedStatus(NonNull<TF_Status>);
+pub(super) struct OwnedStatus(NonNull<TF_Status>);
 
 impl OwnedStatus {
-    fn new() -> Result<Self, Error> {
+    pub(super) fn new() -> Result<Self, Error> {
         // SAFETY: TF_NewStatus has no preconditions.
         let raw = unsafe { TF_NewStatus() };
         NonNull::new(raw).map(OwnedStatus).ok_or_else(|| Error::Internal("TF_NewStatus returned null".into()))
     }
 
-    fn as_ptr(&self) -> *mut TF_Status {
+    pub(super) fn as_ptr(&self) -> *mut TF_Status {
         self.0.as_ptr()
     }
 
@@ -644,7 +709,7 @@ impl OwnedStatus {
     }
 
     /// What TensorFlow wrote into the status by the last call.
-    fn outcome(&self) -> Result<(), TfFailure> {
+    pub(super) fn outcome(&self) -> Result<(), TfFailure> {
         // SAFETY: the status is live.
         let code = unsafe { TF_GetCode(self.as_ptr()) };
         if code == TF_OK {
@@ -669,9 +734,9 @@ impl Drop for OwnedStatus {
 
 /// A failure TensorFlow reported from one of its calls, with its code.
 #[derive(Debug)]
-struct TfFailure {
+pub(super) struct TfFailure {
     code: TF_Code,
-    message: String,
+    pub(super) message: String,
 }
 
 impl TfFailure {

@@ -2,15 +2,20 @@
 //! device type (registered through `TF_InitGraph`, see `abi/graph.rs`).
 //!
 //! The pass works on the serialized GraphDef TensorFlow hands over and
-//! returns a serialized GraphDef. Today it makes one rewrite, [`xla`]: calls
-//! of `jit_compile=True` functions placed on our device run without XLA,
-//! which has no backend for a PluggableDevice. Input is untrusted: anything
+//! returns a serialized GraphDef. It makes two rewrites: [`xla`], calls of
+//! `jit_compile=True` functions placed on our device run without XLA, which
+//! has no backend for a PluggableDevice; and [`fuse`], trees of elementwise
+//! ops on our device become one node each. Input is untrusted: anything
 //! that is not valid wire format is a [`GraphError`], never a panic, and
 //! TensorFlow then keeps its original graph.
 //!
 //! - [`wire`]: a strict protobuf wire-format reader that yields byte ranges.
+//! - [`schema`]: the field numbers of the messages the passes touch.
 //! - [`xla`]: the `_XlaMustCompile` rewrite.
+//! - [`fuse`]: the elementwise fusion.
 
+pub mod fuse;
+pub mod schema;
 pub mod wire;
 pub mod xla;
 
@@ -39,10 +44,15 @@ impl From<GraphError> for crate::Error {
     }
 }
 
+/// Which node names TensorFlow needs kept in a graph (feeds, fetches).
+pub type Preserve<'a> = &'a dyn Fn(&[u8]) -> bool;
+
 /// Runs the pass on `graph` for nodes placed on `device_type`; returns the
-/// GraphDef TensorFlow continues with. The first time it makes a change the
-/// user is told, once per process.
-pub fn optimize(graph: &[u8], device_type: &str) -> Result<Vec<u8>, GraphError> {
+/// GraphDef TensorFlow continues with. Fusion runs when `fuse` says which
+/// nodes to preserve (`None`: fusion is off, or its op is not registered).
+/// The first time the XLA rewrite makes a change the user is told, once
+/// per process.
+pub fn optimize(graph: &[u8], device_type: &str, fuse: Option<Preserve<'_>>) -> Result<Vec<u8>, GraphError> {
     static WARNED: AtomicBool = AtomicBool::new(false);
     let cleared = xla::clear_must_compile(graph, device_type)?;
     if !cleared.nodes.is_empty() && !WARNED.swap(true, Ordering::Relaxed) {
@@ -59,5 +69,15 @@ pub fn optimize(graph: &[u8], device_type: &str) -> Result<Vec<u8>, GraphError> 
             cleared.nodes.len()
         );
     }
-    Ok(cleared.graph)
+    let Some(preserve) = fuse else { return Ok(cleared.graph) };
+    let fusion = fuse::fuse_elementwise(&cleared.graph, device_type, preserve)?;
+    if !fusion.roots.is_empty() {
+        tracing::debug!(
+            "tfwasm: fused {} elementwise nodes into {} on {device_type} (first: {})",
+            fusion.fused_nodes,
+            fusion.roots.len(),
+            fusion.roots[0]
+        );
+    }
+    Ok(fusion.graph)
 }

@@ -44,6 +44,11 @@ pub fn fields(message: &[u8]) -> Fields<'_> {
 }
 
 impl Fields<'_> {
+    /// Where the next field starts (its tag), relative to the message.
+    pub fn offset(&self) -> usize {
+        self.at
+    }
+
     fn varint(&mut self) -> Result<u64, GraphError> {
         let start = self.at;
         let mut value = 0u64;
@@ -119,6 +124,31 @@ pub fn bytes<'a>(message: &'a [u8], field: &Field, what: &'static str) -> Result
     }
 }
 
+// ------------------------------------------------------------- writing
+
+/// Appends `value` as a varint.
+pub fn put_varint(mut value: u64, out: &mut Vec<u8>) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// Appends field `number` with a varint payload.
+pub fn put_varint_field(number: u32, value: u64, out: &mut Vec<u8>) {
+    put_varint(u64::from(number) << 3, out);
+    put_varint(value, out);
+}
+
+/// Appends field `number` with a length-delimited payload (a string, bytes
+/// or a nested message).
+pub fn put_bytes_field(number: u32, payload: &[u8], out: &mut Vec<u8>) {
+    put_varint(u64::from(number) << 3 | 2, out);
+    put_varint(payload.len() as u64, out);
+    out.extend_from_slice(payload);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +183,18 @@ mod tests {
         ] {
             assert!(all(bad).is_err(), "{bad:02x?} should be malformed");
         }
+    }
+
+    #[test]
+    fn written_fields_read_back() {
+        let mut message = Vec::new();
+        put_varint_field(3, 300, &mut message);
+        put_bytes_field(2, b"hi", &mut message);
+        put_varint_field(1u32 << 28, u64::MAX, &mut message);
+        let fields = all(&message).unwrap();
+        assert_eq!(fields[0], Field { number: 3, value: Value::Varint { value: 300, range: 1..3 } });
+        assert_eq!(fields[1], Field { number: 2, value: Value::Bytes(5..7) });
+        assert!(matches!(fields[2], Field { number: 268_435_456, value: Value::Varint { value: u64::MAX, .. } }));
     }
 
     #[test]

@@ -19,22 +19,12 @@
 //! varint `01` and `b: false` the varint `00` of the same length, so the
 //! patch changes no length prefix.
 
+use super::schema::{attr_entry, node_defs, ATTR_VALUE_B, NODE_ATTR, NODE_DEVICE, NODE_NAME};
 use super::wire::{self, Value};
 use super::GraphError;
 
 /// The attribute TensorFlow sets on calls of `jit_compile=True` functions.
 pub const XLA_MUST_COMPILE: &[u8] = b"_XlaMustCompile";
-
-// Field numbers, from tensorflow/core/framework/{graph,node_def,attr_value}.proto.
-const GRAPH_NODE: u32 = 1;
-const NODE_NAME: u32 = 1;
-const NODE_DEVICE: u32 = 4;
-const NODE_ATTR: u32 = 5;
-const MAP_KEY: u32 = 1;
-const MAP_VALUE: u32 = 2;
-/// `AttrValue.b`. Every field of AttrValue belongs to its `value` oneof, so
-/// the last field on the wire is the value.
-const ATTR_VALUE_B: u32 = 5;
 
 /// The outcome of [`clear_must_compile`].
 #[derive(Debug)]
@@ -53,12 +43,8 @@ pub struct Cleared {
 pub fn clear_must_compile(graph: &[u8], device_type: &str) -> Result<Cleared, GraphError> {
     let mut flags = Vec::new();
     let mut nodes = Vec::new();
-    for field in wire::fields(graph) {
-        let field = field?;
-        if field.number != GRAPH_NODE {
-            continue;
-        }
-        let (node, node_at) = wire::bytes(graph, &field, "GraphDef.node is not a message")?;
+    for node in node_defs(graph) {
+        let (node, node_at) = node?;
         let found = must_compile_flags(node, device_type).map_err(|e| e.at(node_at))?;
         if !found.flags.is_empty() {
             flags.extend(found.flags.into_iter().map(|r| r.start + node_at..r.end + node_at));
@@ -101,15 +87,7 @@ fn must_compile_flags(node: &[u8], device_type: &str) -> Result<NodeFlags, Graph
         return Ok(NodeFlags { name, flags });
     }
     for (entry, entry_at) in attrs {
-        let (mut key, mut value) = (&[][..], None);
-        for field in wire::fields(entry) {
-            let field = field.map_err(|e| e.at(entry_at))?;
-            match field.number {
-                MAP_KEY => key = wire::bytes(entry, &field, "attr key is not a string").map_err(|e| e.at(entry_at))?.0,
-                MAP_VALUE => value = Some(wire::bytes(entry, &field, "AttrValue is not a message").map_err(|e| e.at(entry_at))?),
-                _ => {}
-            }
-        }
+        let (key, value) = attr_entry(entry).map_err(|e| e.at(entry_at))?;
         let Some((value, value_at)) = value.filter(|_| key == XLA_MUST_COMPILE) else { continue };
         let mut last = None;
         for field in wire::fields(value) {
@@ -146,26 +124,17 @@ pub fn placed_on(device: &[u8], device_type: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::schema::{GRAPH_NODE, MAP_KEY, MAP_VALUE};
 
-    // A small protobuf writer, enough to build the graphs TensorFlow sends.
-    fn varint(mut v: u64, out: &mut Vec<u8>) {
-        while v >= 0x80 {
-            out.push(v as u8 | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
-    }
+    // Builders of the graphs TensorFlow sends, on the wire module's writer.
     fn len_field(number: u32, payload: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
-        varint(u64::from(number) << 3 | 2, &mut out);
-        varint(payload.len() as u64, &mut out);
-        out.extend_from_slice(payload);
+        wire::put_bytes_field(number, payload, &mut out);
         out
     }
     fn varint_field(number: u32, value: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        varint(u64::from(number) << 3, &mut out);
-        varint(value, &mut out);
+        wire::put_varint_field(number, value, &mut out);
         out
     }
     fn attr(key: &str, value: &[u8]) -> Vec<u8> {

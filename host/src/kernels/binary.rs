@@ -92,6 +92,28 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("SelectV2", types::T_F32, |_| Ok(Box::new(SelectV2Kernel))),
 ];
 
+/// Binds `$f` to the element function of float32 arithmetic op `$op` and
+/// evaluates `$body` (monomorphised per op), or evaluates `$other` for an op
+/// that is not float32 arithmetic. The one place each op's formula lives:
+/// [`BinaryPlan::run`] and [`BinaryOp::apply_f32`] (the fused kernels) both
+/// go through it, so fused and unfused results are bit-identical.
+macro_rules! with_arith {
+    ($op:expr, $f:ident => $body:expr, $other:expr) => {
+        match $op {
+            BinaryOp::Add => { let $f = |x: f32, y: f32| x + y; $body }
+            BinaryOp::Sub => { let $f = |x: f32, y: f32| x - y; $body }
+            BinaryOp::Mul => { let $f = |x: f32, y: f32| x * y; $body }
+            BinaryOp::RealDiv => { let $f = |x: f32, y: f32| x / y; $body }
+            BinaryOp::DivNoNan => { let $f = |x: f32, y: f32| if y == 0.0 { 0.0 } else { x / y }; $body }
+            BinaryOp::Maximum => { let $f = maximum; $body }
+            BinaryOp::Minimum => { let $f = minimum; $body }
+            BinaryOp::Pow => { let $f = f32::powf; $body }
+            BinaryOp::SquaredDifference => { let $f = |x: f32, y: f32| (x - y) * (x - y); $body }
+            _ => $other,
+        }
+    };
+}
+
 /// The kernel of one float32 arithmetic op.
 #[derive(Debug)]
 pub struct BinaryKernel {
@@ -292,6 +314,14 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// `out[i] = x[i * x_step] (op) y[i * y_step]` for a float32 arithmetic
+    /// op, with steps 0 (one repeated element) or 1, on the calling thread.
+    /// The fused kernels' step ([`super::fused`]); `false` for an op that is
+    /// not float32 arithmetic.
+    pub fn apply_f32(self, x: &[f32], x_step: usize, y: &[f32], y_step: usize, out: &mut [f32]) -> bool {
+        with_arith!(self, f => { combine(f, x, x_step, y, y_step, out); true }, false)
+    }
+
     /// The TensorFlow op this implements.
     pub const fn op_name(self) -> &'static str {
         match self {
@@ -402,18 +432,7 @@ impl BinaryPlan {
     /// row-major with the shapes the plan was made for; `out` may hold
     /// anything beforehand.
     pub fn run(&self, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
-        match self.op {
-            BinaryOp::Add => self.map(a, b, out, |x, y| x + y),
-            BinaryOp::Sub => self.map(a, b, out, |x, y| x - y),
-            BinaryOp::Mul => self.map(a, b, out, |x, y| x * y),
-            BinaryOp::RealDiv => self.map(a, b, out, |x, y| x / y),
-            BinaryOp::DivNoNan => self.map(a, b, out, |x, y| if y == 0.0 { 0.0 } else { x / y }),
-            BinaryOp::Maximum => self.map(a, b, out, maximum),
-            BinaryOp::Minimum => self.map(a, b, out, minimum),
-            BinaryOp::Pow => self.map(a, b, out, f32::powf),
-            BinaryOp::SquaredDifference => self.map(a, b, out, |x, y| (x - y) * (x - y)),
-            _ => Err(self.wrong_kind("float32 arithmetic")),
-        }
+        with_arith!(self.op, f => self.map(a, b, out, f), Err(self.wrong_kind("float32 arithmetic")))
     }
 
     /// Computes an integer op: `Add`/`Mul` wrap, `FloorMod` fails on a

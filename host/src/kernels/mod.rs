@@ -23,6 +23,7 @@
 //! - [`batchnorm`]: FusedBatchNormV3 and its gradient.
 //! - [`movement`]: transpose, concat, slice, tile, pad, gather, …
 //! - [`random`]: the stateless random ops Keras initializers and dropout use.
+//! - [`fused`]: trees of elementwise ops the graph pass fused into one node.
 //! - [`pool`]: the rayon pool the kernels compute on.
 //!
 //! A kernel checks every shape it is given and fails with
@@ -33,6 +34,7 @@
 pub mod batchnorm;
 pub mod binary;
 pub mod conv;
+pub mod fused;
 pub mod matmul;
 pub mod movement;
 pub mod nn;
@@ -170,6 +172,7 @@ pub fn registry() -> Vec<KernelDef> {
         batchnorm::KERNELS,
         movement::KERNELS,
         random::KERNELS,
+        fused::KERNELS,
     ]
     .concat()
 }

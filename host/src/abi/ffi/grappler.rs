@@ -25,6 +25,24 @@ pub struct TF_GrapplerItem {
     _private: [u8; 0],
 }
 
+/// `TF_GetNodesToPreserveListSize` (grappler.h): how many names, and the
+/// bytes they need. Exported by `libtensorflow_cc.so.2`, looked up at run
+/// time (`abi::graph::preserve_fns`) so a wheel without it still loads us.
+pub type TF_GetNodesToPreserveListSizeFn =
+    unsafe extern "C" fn(item: *const TF_GrapplerItem, num_values: *mut i32, storage_size: *mut usize, status: *mut TF_Status);
+
+/// `TF_GetNodesToPreserveList` (grappler.h): fills `values[i]` /
+/// `lengths[i]` with pointers into `storage` (not NUL-terminated).
+pub type TF_GetNodesToPreserveListFn = unsafe extern "C" fn(
+    item: *const TF_GrapplerItem,
+    values: *mut *mut c_char,
+    lengths: *mut usize,
+    num_values: i32,
+    storage: *mut c_void,
+    storage_size: usize,
+    status: *mut TF_Status,
+);
+
 /// A byte buffer. TensorFlow releases `data` with `data_deallocator` (if
 /// set) when it is done with a buffer the plugin filled.
 #[repr(C)]

@@ -18,6 +18,21 @@ pub struct TF_KernelBuilder {
     _private: [u8; 0],
 }
 
+/// An op definition being built (`ops.h`); consumed by `TF_RegisterOpDefinition`.
+#[repr(C)]
+pub struct TF_OpDefinitionBuilder {
+    _private: [u8; 0],
+}
+
+/// The context of one shape-inference call (`ops.h`).
+#[repr(C)]
+pub struct TF_ShapeInferenceContext {
+    _private: [u8; 0],
+}
+
+/// A shape function: fills in the outputs' shapes of one node.
+pub type TF_ShapeInferenceFn = unsafe extern "C" fn(ctx: *mut TF_ShapeInferenceContext, status: *mut TF_Status);
+
 /// Opaque view of a node while its kernel is being constructed. Valid only
 /// during the create callback.
 #[repr(C)]
@@ -74,6 +89,30 @@ pub type TF_KernelComputeAsyncFn = unsafe extern "C" fn(*mut c_void, *mut TF_OpK
 pub type TF_KernelDeleteFn = unsafe extern "C" fn(*mut c_void);
 
 extern "C" {
+    // ---- op registration (ops.h) ----
+
+    pub fn TF_NewOpDefinitionBuilder(op_name: *const c_char) -> *mut TF_OpDefinitionBuilder;
+
+    /// `spec` is `"name: type"` (e.g. `"N: int >= 1"`); copied.
+    pub fn TF_OpDefinitionBuilderAddAttr(builder: *mut TF_OpDefinitionBuilder, attr_spec: *const c_char);
+
+    pub fn TF_OpDefinitionBuilderAddInput(builder: *mut TF_OpDefinitionBuilder, input_spec: *const c_char);
+
+    pub fn TF_OpDefinitionBuilderAddOutput(builder: *mut TF_OpDefinitionBuilder, output_spec: *const c_char);
+
+    pub fn TF_OpDefinitionBuilderSetShapeInferenceFunction(builder: *mut TF_OpDefinitionBuilder, shape_fn: Option<TF_ShapeInferenceFn>);
+
+    /// Takes ownership of `builder` whatever the outcome. TensorFlow 2.21
+    /// finalizes the definition at once (its registry is initialised by the
+    /// time plugins load) and aborts the process on an invalid spec or a
+    /// name already registered.
+    pub fn TF_RegisterOpDefinition(builder: *mut TF_OpDefinitionBuilder, status: *mut TF_Status);
+
+    /// Only for a builder never passed to `TF_RegisterOpDefinition`.
+    pub fn TF_DeleteOpDefinitionBuilder(builder: *mut TF_OpDefinitionBuilder);
+
+    pub fn TF_ShapeInferenceContextSetUnknownShape(ctx: *mut TF_ShapeInferenceContext, status: *mut TF_Status);
+
     // ---- kernel registration (kernels.h) ----
 
     pub fn TF_NewKernelBuilder(

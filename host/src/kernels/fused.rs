@@ -1,0 +1,650 @@
+//! `_TfwasmFusedElementwise`: a tree of float32 elementwise ops computed in
+//! one pass over the output.
+//!
+//! The graph pass ([`crate::graph::fuse`]) replaces a chain such as Adam's
+//! `m·α / (√v + ε)` (a `Mul`, a `Sqrt`, an `AddV2` and a `RealDiv`: four
+//! nodes, four outputs written and read back) by one node of this op. Its
+//! `expr` attribute is the tree in postfix: `$k` pushes input `k`, an op
+//! name pops its operands and pushes its result. The example is
+//! `$0 $1 Mul $2 Sqrt $3 AddV2 RealDiv`.
+//!
+//! Semantics are those of the ops it replaces, bit for bit: inputs broadcast
+//! together as NumPy does (an elementwise tree's output is the broadcast of
+//! all its inputs, whatever the intermediate shapes were), and each step is
+//! computed by the same element function as the unfused kernel
+//! ([`UnaryOp::run`], [`BinaryOp::apply_f32`]), rounding to float32 after
+//! every step as they do.
+//!
+//! The output is computed in blocks of [`BLOCK`] elements that stay in the
+//! L1 cache: each step reads its operands' blocks and writes one block.
+//! Operands that are the same for a whole block (single-element inputs, and
+//! any subtree of them, such as Adam's bias corrections) are computed once
+//! per block as scalars, not per element. Large outputs are split across the
+//! compute pool as the unfused kernels are.
+
+use smallvec::SmallVec;
+
+use super::binary::{fill_chunked, BinaryOp};
+use super::shape::{element_count, Dims, ShapeDisplay};
+use super::unary::UnaryOp;
+use super::{types, Attrs, Kernel, KernelDef, OpContext};
+use crate::error::Error;
+
+/// The op name registered with TensorFlow (`abi::kernels::register_fused_op`).
+pub const OP: &str = "_TfwasmFusedElementwise";
+
+/// Elements per block: a few blocks of operands stay in a 32 KiB L1 cache.
+pub const BLOCK: usize = 512;
+
+/// Deepest operand stack a program may need (a generous bound on what the
+/// graph pass builds; it keeps a hostile `expr` from asking for much memory).
+pub const MAX_DEPTH: usize = 16;
+
+/// Most steps in a program.
+pub const MAX_STEPS: usize = 256;
+
+pub const KERNELS: &[KernelDef] = &[KernelDef::new(OP, types::T_F32, |attrs| Ok(Box::new(FusedKernel::new(attrs)?)))];
+
+/// One step of a program.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Step {
+    /// Push input `k`.
+    Input(usize),
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+}
+
+/// The ops a program may contain, by TensorFlow op name: every float32
+/// elementwise op whose kernel has no attribute besides `T`.
+const UNARY: &[(&str, UnaryOp)] = &[
+    ("Neg", UnaryOp::Neg),
+    ("Abs", UnaryOp::Abs),
+    ("Exp", UnaryOp::Exp),
+    ("Log", UnaryOp::Log),
+    ("Log1p", UnaryOp::Log1p),
+    ("Sqrt", UnaryOp::Sqrt),
+    ("Rsqrt", UnaryOp::Rsqrt),
+    ("Square", UnaryOp::Square),
+    ("Reciprocal", UnaryOp::Reciprocal),
+    ("Inv", UnaryOp::Reciprocal),
+    ("Tanh", UnaryOp::Tanh),
+    ("Sigmoid", UnaryOp::Sigmoid),
+    ("Relu", UnaryOp::Relu),
+    ("Relu6", UnaryOp::Relu6),
+    ("Elu", UnaryOp::Elu),
+    ("Selu", UnaryOp::Selu),
+    ("Softplus", UnaryOp::Softplus),
+    ("Softsign", UnaryOp::Softsign),
+    ("Erf", UnaryOp::Erf),
+    ("Sign", UnaryOp::Sign),
+    ("Floor", UnaryOp::Floor),
+    ("Ceil", UnaryOp::Ceil),
+    ("Round", UnaryOp::Round),
+];
+
+const BINARY: &[(&str, BinaryOp)] = &[
+    ("Add", BinaryOp::Add),
+    ("AddV2", BinaryOp::Add),
+    ("Sub", BinaryOp::Sub),
+    ("Mul", BinaryOp::Mul),
+    ("RealDiv", BinaryOp::RealDiv),
+    ("DivNoNan", BinaryOp::DivNoNan),
+    ("Maximum", BinaryOp::Maximum),
+    ("Minimum", BinaryOp::Minimum),
+    ("Pow", BinaryOp::Pow),
+    ("SquaredDifference", BinaryOp::SquaredDifference),
+];
+
+/// The step a float32 node of TensorFlow op `op` becomes in a program, if
+/// the op can be fused. `Input` is never returned.
+pub fn step_for_op(op: &str) -> Option<Step> {
+    UNARY
+        .iter()
+        .find(|(name, _)| *name == op)
+        .map(|&(_, op)| Step::Unary(op))
+        .or_else(|| BINARY.iter().find(|(name, _)| *name == op).map(|&(_, op)| Step::Binary(op)))
+}
+
+/// A validated postfix program over `inputs` inputs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Program {
+    steps: Vec<Step>,
+    inputs: usize,
+}
+
+impl Program {
+    /// Checks that `steps` leave exactly one value, never pop an empty
+    /// stack, read only inputs below `inputs`, and stay within
+    /// [`MAX_DEPTH`] and [`MAX_STEPS`].
+    pub fn new(steps: Vec<Step>, inputs: usize) -> Result<Self, String> {
+        if steps.len() > MAX_STEPS {
+            return Err(format!("{} steps, at most {MAX_STEPS} allowed", steps.len()));
+        }
+        let mut depth = 0usize;
+        for (i, step) in steps.iter().enumerate() {
+            let (pops, pushes) = match *step {
+                Step::Input(k) if k >= inputs => return Err(format!("step {i} reads input ${k} of {inputs}")),
+                Step::Input(_) => (0, 1),
+                Step::Unary(_) => (1, 1),
+                Step::Binary(op) if op.apply_f32(&[0.0], 0, &[0.0], 0, &mut [0.0]) => (2, 1),
+                Step::Binary(op) => return Err(format!("step {i}: {} is not float32 arithmetic", op.op_name())),
+            };
+            depth = depth.checked_sub(pops).ok_or_else(|| format!("step {i} pops an empty stack"))? + pushes;
+            if depth > MAX_DEPTH {
+                return Err(format!("needs a stack deeper than {MAX_DEPTH}"));
+            }
+        }
+        if depth != 1 {
+            return Err(format!("leaves {depth} values, not 1"));
+        }
+        Ok(Program { steps, inputs })
+    }
+
+    /// Parses the `expr` attribute (tokens separated by spaces).
+    pub fn parse(expr: &str, inputs: usize) -> Result<Self, String> {
+        let steps = expr
+            .split_ascii_whitespace()
+            .map(|token| match token.strip_prefix('$') {
+                Some(k) => k.parse().map(Step::Input).map_err(|_| format!("bad input reference {token:?}")),
+                None => step_for_op(token).ok_or_else(|| format!("{token:?} is not an op a fused kernel computes")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Program::new(steps, inputs)
+    }
+
+    /// The `expr` attribute for this program.
+    pub fn expr(&self) -> String {
+        let names = self.steps.iter().map(|step| match *step {
+            Step::Input(k) => format!("${k}"),
+            Step::Unary(op) => UNARY.iter().find(|(_, u)| *u == op).map_or("?", |(name, _)| name).to_owned(),
+            Step::Binary(op) => op.op_name().to_owned(),
+        });
+        names.collect::<Vec<_>>().join(" ")
+    }
+
+    pub fn inputs(&self) -> usize {
+        self.inputs
+    }
+
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// Fills `out`, output elements `start..start + out.len()`, span by span.
+    fn fill<'a>(&self, plan: &Plan, inputs: &[&'a [f32]], start: usize, out: &mut [f32]) {
+        let mut scratch = Scratch::new(out.len().min(BLOCK));
+        let mut operands = SmallVec::<[Operand; 8]>::new();
+        let (end, row) = (start + out.len(), plan.row_len());
+        let mut at = start;
+        while at < end {
+            let len = (row - at % row).min(end - at).min(BLOCK);
+            plan.operands(inputs, at, len, &mut operands);
+            self.eval(&operands, &mut scratch, &mut out[at - start..at - start + len]);
+            at += len;
+        }
+    }
+
+    /// Evaluates the program on one span of `out.len()` elements.
+    fn eval<'a>(&self, operands: &[Operand<'a>], scratch: &mut Scratch<'a>, out: &mut [f32]) {
+        let len = out.len();
+        let last = self.steps.len() - 1;
+        scratch.stack.clear();
+        for (i, step) in self.steps.iter().enumerate() {
+            let value = match *step {
+                Step::Input(k) => operands[k].value(),
+                Step::Unary(op) => match scratch.pop() {
+                    Value::Uniform(v) => {
+                        let mut y = [0.0];
+                        op.run(&[v], &mut y);
+                        Value::Uniform(y[0])
+                    }
+                    x => scratch.write(i == last, out, &[x], |buffers, dest| op.run(view(buffers, &x, len).0, dest)),
+                },
+                Step::Binary(op) => match (scratch.pop(), scratch.pop()) {
+                    (Value::Uniform(y), Value::Uniform(x)) => {
+                        let mut z = [0.0];
+                        op.apply_f32(&[x], 0, &[y], 0, &mut z);
+                        Value::Uniform(z[0])
+                    }
+                    (y, x) => scratch.write(i == last, out, &[x, y], |buffers, dest| {
+                        let ((x, x_step), (y, y_step)) = (view(buffers, &x, len), view(buffers, &y, len));
+                        op.apply_f32(x, x_step, y, y_step, dest);
+                    }),
+                },
+            };
+            scratch.stack.push(value);
+        }
+        match scratch.pop() {
+            Value::Uniform(v) => out.fill(v),
+            Value::Input(x) => out.copy_from_slice(&x[..len]),
+            // The last step wrote into `out`.
+            Value::Out => {}
+            Value::Buffer(_) => unreachable!("the last step writes to the output"),
+        }
+    }
+}
+
+/// What a stack slot holds during one span.
+#[derive(Debug, Clone, Copy)]
+enum Value<'a> {
+    /// The same value for every element of the span.
+    Uniform(f32),
+    /// The span's elements of an input.
+    Input(&'a [f32]),
+    /// Scratch buffer `k`.
+    Buffer(usize),
+    /// The span's output (only ever the last value).
+    Out,
+}
+
+/// A value's elements for a span of `len`, and their step (0: one element,
+/// repeated).
+fn view<'v>(buffers: &'v [Vec<f32>], value: &'v Value<'_>, len: usize) -> (&'v [f32], usize) {
+    match value {
+        Value::Uniform(v) => (std::slice::from_ref(v), 0),
+        Value::Input(x) => (&x[..len], 1),
+        Value::Buffer(k) => (&buffers[*k][..len], 1),
+        Value::Out => unreachable!("the output is never an operand"),
+    }
+}
+
+/// One input's elements for one span: `len` of them, or one repeated.
+#[derive(Debug, Clone, Copy)]
+struct Operand<'a> {
+    data: &'a [f32],
+    repeated: bool,
+}
+
+impl<'a> Operand<'a> {
+    fn value(self) -> Value<'a> {
+        if self.repeated {
+            Value::Uniform(self.data[0])
+        } else {
+            Value::Input(self.data)
+        }
+    }
+}
+
+/// The scratch blocks of one chunk, and the operand stack. Every buffer is
+/// either on the stack or in the free list.
+struct Scratch<'a> {
+    buffers: Vec<Vec<f32>>,
+    free: Vec<usize>,
+    stack: Vec<Value<'a>>,
+    block: usize,
+}
+
+impl<'a> Scratch<'a> {
+    fn new(block: usize) -> Self {
+        Scratch { buffers: Vec::new(), free: Vec::new(), stack: Vec::with_capacity(MAX_DEPTH), block }
+    }
+
+    fn pop(&mut self) -> Value<'a> {
+        // `Program::new` proved the stack never underflows.
+        self.stack.pop().expect("a validated program never pops an empty stack")
+    }
+
+    /// Runs `compute(buffers, dest)` for a step whose operands were
+    /// `popped`: `dest` is the span's output for the program's last step,
+    /// else a free scratch buffer. Then frees the operands' buffers.
+    fn write(&mut self, last: bool, out: &mut [f32], popped: &[Value<'a>], compute: impl FnOnce(&[Vec<f32>], &mut [f32])) -> Value<'a> {
+        let value = if last {
+            compute(&self.buffers, out);
+            Value::Out
+        } else {
+            let k = self.free.pop().unwrap_or_else(|| {
+                self.buffers.push(vec![0.0; self.block]);
+                self.buffers.len() - 1
+            });
+            // Taken out while the step reads the other buffers; `k` is not
+            // one of the operands (they are released only below).
+            let mut dest = std::mem::take(&mut self.buffers[k]);
+            compute(&self.buffers, &mut dest[..out.len()]);
+            self.buffers[k] = dest;
+            Value::Buffer(k)
+        };
+        self.free.extend(popped.iter().filter_map(|v| match v {
+            Value::Buffer(k) => Some(*k),
+            _ => None,
+        }));
+        value
+    }
+}
+
+/// How each input maps onto the output.
+#[derive(Debug)]
+struct Plan {
+    shape: Dims,
+    len: usize,
+    inputs: SmallVec<[Layout; 8]>,
+    /// Whether some input is neither full nor a single element: then spans
+    /// are rows of the innermost output dimension.
+    strided: bool,
+}
+
+#[derive(Debug)]
+enum Layout {
+    /// As many elements as the output, in the same order.
+    Full,
+    /// One element, repeated.
+    Single,
+    /// Element strides along each output dimension (0 where it repeats).
+    Strided(Dims),
+}
+
+impl Plan {
+    fn new(shapes: &[&[usize]]) -> Result<Self, Error> {
+        let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+        let dim_of = |shape: &[usize], i: usize| if i + shape.len() < rank { 1 } else { shape[i + shape.len() - rank] };
+        let mut shape = Dims::with_capacity(rank);
+        for i in 0..rank {
+            let mut dim = 1;
+            for s in shapes {
+                match (dim, dim_of(s, i)) {
+                    (_, 1) => {}
+                    (1, d) => dim = d,
+                    (a, b) if a == b => {}
+                    _ => {
+                        let list = shapes.iter().map(|s| ShapeDisplay(s).to_string()).collect::<Vec<_>>().join(" vs. ");
+                        return Err(Error::InvalidArgument(format!("{OP}: Incompatible shapes: {list}")));
+                    }
+                }
+            }
+            shape.push(dim);
+        }
+        let len = element_count(&shape)
+            .ok_or_else(|| Error::InvalidArgument(format!("{OP}: output shape {} is too large", ShapeDisplay(&shape))))?;
+        let mut strided = false;
+        let inputs = shapes
+            .iter()
+            .map(|s| {
+                let count = element_count(s).unwrap_or(usize::MAX);
+                if count == len {
+                    Layout::Full
+                } else if count == 1 {
+                    Layout::Single
+                } else {
+                    strided = true;
+                    let mut strides: Dims = smallvec::smallvec![0; rank];
+                    let mut stride = 1;
+                    for i in (0..rank).rev() {
+                        let d = dim_of(s, i);
+                        if d != 1 {
+                            strides[i] = stride;
+                            stride *= d;
+                        }
+                    }
+                    Layout::Strided(strides)
+                }
+            })
+            .collect();
+        Ok(Plan { shape, len, inputs, strided })
+    }
+
+    fn check(&self, inputs: &[&[f32]], out_len: usize) -> Result<(), Error> {
+        if out_len != self.len || inputs.len() != self.inputs.len() {
+            return Err(Error::Internal(format!("{OP}: {} inputs and {out_len} outputs for a plan of {}", inputs.len(), self.len)));
+        }
+        for (k, (data, layout)) in inputs.iter().zip(&self.inputs).enumerate() {
+            let needed = match layout {
+                Layout::Full => self.len,
+                Layout::Single => 1,
+                // The last element a stride reaches, plus one.
+                Layout::Strided(strides) => 1 + strides.iter().zip(&self.shape).map(|(s, d)| s * (d - 1)).sum::<usize>(),
+            };
+            if self.len > 0 && data.len() < needed {
+                return Err(Error::InvalidArgument(format!("{OP}: input {k} has {} elements, needs {needed}", data.len())));
+            }
+        }
+        Ok(())
+    }
+
+    /// Elements per span: the innermost dimension when some input is
+    /// strided, else the whole output.
+    fn row_len(&self) -> usize {
+        if self.strided {
+            self.shape.last().copied().unwrap_or(1).max(1)
+        } else {
+            self.len.max(1)
+        }
+    }
+
+    /// Each input's operand for the span of `len` output elements from `at`
+    /// (within one row).
+    fn operands<'a>(&self, inputs: &[&'a [f32]], at: usize, len: usize, operands: &mut SmallVec<[Operand<'a>; 8]>) {
+        operands.clear();
+        let row_len = self.row_len();
+        let (row, column) = (at / row_len, at % row_len);
+        for (data, layout) in inputs.iter().zip(&self.inputs) {
+            let operand = match layout {
+                Layout::Full => Operand { data: &data[at..at + len], repeated: false },
+                Layout::Single => Operand { data: &data[..1], repeated: true },
+                Layout::Strided(strides) => {
+                    // Unravel the row over the outer dimensions.
+                    let rank = self.shape.len();
+                    let (mut rest, mut offset) = (row, 0);
+                    for i in (0..rank - 1).rev() {
+                        offset += (rest % self.shape[i]) * strides[i];
+                        rest /= self.shape[i];
+                    }
+                    let step = strides[rank - 1];
+                    offset += column * step;
+                    let span = if step == 0 { 1 } else { len };
+                    Operand { data: &data[offset..offset + span], repeated: step == 0 }
+                }
+            };
+            operands.push(operand);
+        }
+    }
+}
+
+/// The kernel: one node's program.
+#[derive(Debug)]
+pub struct FusedKernel {
+    program: Program,
+}
+
+impl FusedKernel {
+    pub fn new(attrs: &dyn Attrs) -> Result<Self, Error> {
+        let inputs = usize::try_from(attrs.int("N")?).map_err(|_| Error::InvalidArgument(format!("{OP}: negative N")))?;
+        let expr = attrs.string("expr")?;
+        let program = Program::parse(&expr, inputs).map_err(|e| Error::InvalidArgument(format!("{OP}: expr {expr:?}: {e}")))?;
+        Ok(FusedKernel { program })
+    }
+}
+
+impl Kernel for FusedKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        super::expect_inputs(OP, ctx, self.program.inputs())?;
+        let tensors = (0..self.program.inputs()).map(|k| ctx.input(k)).collect::<Result<Vec<_>, _>>()?;
+        let shapes: SmallVec<[&[usize]; 8]> = tensors.iter().map(|t| t.shape()).collect();
+        let plan = Plan::new(&shapes)?;
+        let mut out = ctx.allocate_output(0, &plan.shape)?;
+        if plan.len == 0 {
+            return Ok(());
+        }
+        let data = tensors.iter().map(|t| t.data::<f32>()).collect::<Result<SmallVec<[&[f32]; 8]>, _>>()?;
+        let out = out.data_mut::<f32>()?;
+        plan.check(&data, out.len())?;
+        fill_chunked(out, |start, chunk| self.program.fill(&plan, &data, start, chunk));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::binary::BinaryPlan;
+    use crate::kernels::tensor::{DType, LocalContext, Tensor};
+
+    struct FusedAttrs {
+        n: i64,
+        expr: &'static str,
+    }
+
+    impl Attrs for FusedAttrs {
+        fn has(&self, name: &str) -> bool {
+            matches!(name, "N" | "expr")
+        }
+        fn bool(&self, name: &str) -> Result<bool, Error> {
+            Err(Error::Internal(format!("no attribute {name}")))
+        }
+        fn int(&self, name: &str) -> Result<i64, Error> {
+            if name == "N" { Ok(self.n) } else { Err(Error::Internal(format!("no attribute {name}"))) }
+        }
+        fn float(&self, name: &str) -> Result<f32, Error> {
+            Err(Error::Internal(format!("no attribute {name}")))
+        }
+        fn ints(&self, name: &str) -> Result<Vec<i64>, Error> {
+            Err(Error::Internal(format!("no attribute {name}")))
+        }
+        fn string(&self, name: &str) -> Result<String, Error> {
+            if name == "expr" { Ok(self.expr.to_owned()) } else { Err(Error::Internal(format!("no attribute {name}"))) }
+        }
+        fn dtype(&self, _: &str) -> Result<DType, Error> {
+            Ok(DType::F32)
+        }
+    }
+
+    fn values(len: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(7);
+        (0..len)
+            .map(|i| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                let v = (state >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0;
+                // Zeros (for DivNoNan and Sqrt's edge) and the odd NaN.
+                match i % 23 {
+                    3 => 0.0,
+                    11 => f32::NAN,
+                    _ => v,
+                }
+            })
+            .collect()
+    }
+
+    /// The unfused result: every step run by the op's own kernel code on
+    /// whole (broadcast) tensors, one after the other.
+    fn unfused(program: &Program, inputs: &[(Vec<usize>, Vec<f32>)]) -> (Vec<usize>, Vec<f32>) {
+        let mut stack: Vec<(Vec<usize>, Vec<f32>)> = Vec::new();
+        for step in program.steps() {
+            let value = match *step {
+                Step::Input(k) => inputs[k].clone(),
+                Step::Unary(op) => {
+                    let (shape, x) = stack.pop().unwrap();
+                    let mut y = vec![0.0; x.len()];
+                    op.run(&x, &mut y);
+                    (shape, y)
+                }
+                Step::Binary(op) => {
+                    let (b_shape, b) = stack.pop().unwrap();
+                    let (a_shape, a) = stack.pop().unwrap();
+                    let plan = BinaryPlan::new(op, &a_shape, &b_shape).unwrap();
+                    let mut out = vec![0.0; plan.output_len()];
+                    plan.run(&a, &b, &mut out).unwrap();
+                    (plan.output_shape().to_vec(), out)
+                }
+            };
+            stack.push(value);
+        }
+        stack.pop().unwrap()
+    }
+
+    fn fused(expr: &'static str, inputs: &[(Vec<usize>, Vec<f32>)]) -> Result<Tensor, Error> {
+        let kernel = FusedKernel::new(&FusedAttrs { n: inputs.len() as i64, expr })?;
+        let tensors = inputs.iter().map(|(s, v)| Tensor::from_vec(s, v.clone()).unwrap()).collect();
+        Ok(LocalContext::run(&kernel, tensors, &[DType::F32])?.remove(0))
+    }
+
+    /// Fused and unfused agree bit for bit (NaN with NaN) on these shapes.
+    fn check(expr: &'static str, shapes: &[&[usize]]) {
+        let inputs: Vec<(Vec<usize>, Vec<f32>)> =
+            shapes.iter().enumerate().map(|(k, s)| (s.to_vec(), values(s.iter().product(), k as u32 + 1))).collect();
+        let program = Program::parse(expr, inputs.len()).unwrap();
+        let (want_shape, want) = unfused(&program, &inputs);
+        let got = fused(expr, &inputs).unwrap();
+        assert_eq!(got.shape(), want_shape.as_slice(), "{expr} {shapes:?}");
+        let got = got.to_vec::<f32>().unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{expr} {shapes:?} @{i}: {g} vs {w}");
+        }
+    }
+
+    /// Keras' Adam: `m·α / (√v + ε)` with α and ε scalars, and α's own
+    /// scalar tree (bias corrections from the step count).
+    const ADAM_UPDATE: &str = "$0 $1 Mul $2 Sqrt $3 AddV2 RealDiv";
+    const ADAM_ALPHA: &str = "$0 $1 $2 $3 Pow Sub Sqrt Mul $1 $4 $3 Pow Sub RealDiv";
+
+    #[test]
+    fn fused_matches_the_unfused_kernels_bit_for_bit() {
+        for shapes in [
+            &[&[5usize, 7][..], &[], &[5, 7], &[]][..],
+            &[&[1], &[], &[1], &[1]],
+            &[&[1, 1], &[1], &[], &[1, 1]],
+            &[&[13, 17], &[1, 1], &[13, 17], &[]],
+            // Broadcast in every direction: rows, columns, a prime length.
+            &[&[3, 1], &[1, 5], &[5], &[3, 5]],
+            &[&[2, 3, 1], &[3, 1], &[1, 7], &[]],
+            // Large enough to split across the pool, with spans cut mid-row.
+            &[&[301, 257], &[], &[301, 257], &[257]],
+            &[&[600, 300], &[600, 1], &[600, 300], &[]],
+        ] {
+            check(ADAM_UPDATE, shapes);
+        }
+        check(ADAM_ALPHA, &[&[], &[], &[], &[], &[]]);
+        check("$0 $1 Sub $2 Mul", &[&[784, 512], &[784, 512], &[]]);
+        check("$0 Square $1 Sub $2 Mul", &[&[511], &[511], &[]]);
+        // Every op a program may hold, deep enough to need several buffers.
+        check("$0 Exp $1 Tanh $0 Sigmoid Mul AddV2 Log1p Neg Abs Rsqrt $1 Relu6 Maximum", &[&[1031], &[1031]]);
+        check("$0 Elu Selu Softplus Softsign Erf Sign $1 Floor $0 Ceil Round Minimum Pow", &[&[64, 3], &[3]]);
+        check("$0 $1 DivNoNan $0 $1 SquaredDifference Add $0 Reciprocal Inv Relu Log Sub", &[&[9, 40], &[40]]);
+        // A program that is only an input (a copy), or only scalars.
+        check("$0", &[&[6]]);
+        check("$0 $1 Mul Exp", &[&[], &[1, 1]]);
+    }
+
+    #[test]
+    fn empty_outputs_compute_nothing() {
+        for shapes in [&[&[0usize][..], &[]][..], &[&[0, 3], &[3]], &[&[4, 0], &[1, 0]]] {
+            let inputs: Vec<_> = shapes.iter().map(|s| (s.to_vec(), vec![1.0; s.iter().product()])).collect();
+            let out = fused("$0 $1 AddV2", &inputs).unwrap();
+            assert_eq!(out.len(), 0, "{shapes:?}");
+        }
+    }
+
+    #[test]
+    fn incompatible_shapes_fail_naming_the_op() {
+        let inputs = [(vec![3], vec![1.0; 3]), (vec![2, 4], vec![1.0; 8])];
+        let error = fused("$0 $1 Mul", &inputs).unwrap_err().to_string();
+        assert!(error.contains(OP) && error.contains("Incompatible shapes"), "{error}");
+    }
+
+    #[test]
+    fn malformed_programs_are_refused_at_construction() {
+        for (expr, n, why) in [
+            ("$0 $1", 2, "leaves 2 values"),
+            ("$0 Mul", 1, "pops an empty stack"),
+            ("$2", 2, "reads input $2"),
+            ("$0 Cast", 1, "\"Cast\" is not an op"),
+            ("$x", 1, "bad input reference"),
+            ("", 1, "leaves 0 values"),
+            ("$0 $0 $0 $0 $0 $0 $0 $0 $0 $0 $0 $0 $0 $0 $0 $0 $0", 1, "deeper than"),
+        ] {
+            let error = FusedKernel::new(&FusedAttrs { n, expr }).unwrap_err().to_string();
+            assert!(error.contains(OP) && error.contains(why), "{expr:?}: {error}");
+        }
+        let long = "$0 ".to_owned() + &"Neg ".repeat(MAX_STEPS);
+        assert!(Program::parse(&long, 1).unwrap_err().contains("steps"));
+        assert!(FusedKernel::new(&FusedAttrs { n: -1, expr: "$0" }).is_err());
+    }
+
+    #[test]
+    fn expr_round_trips() {
+        for expr in [ADAM_UPDATE, ADAM_ALPHA, "$0 Inv", "$0 $1 Add"] {
+            let program = Program::parse(expr, 5).unwrap();
+            // Aliases (`Inv`, `Add`) come back as the name of their kernel.
+            let again = Program::parse(&program.expr(), 5).unwrap();
+            assert_eq!(program, again);
+        }
+        assert_eq!(Program::parse(ADAM_UPDATE, 4).unwrap().expr(), ADAM_UPDATE);
+    }
+}

@@ -1,0 +1,105 @@
+"""The graph pass fuses trees of elementwise ops on WASM into one node
+(``_TfwasmFusedElementwise``), and nothing a program computes changes.
+
+Each case runs in fresh interpreters, with fusion on (the default) and off
+(``TFWASM_FUSE=0``): the results must be the same bits, and agree with
+TensorFlow's CPU device. Which ops ran is read from TensorFlow's run
+metadata (the function graphs after optimization); the MLP run checks the
+``TFWASM_LOG=debug`` line that says what was fused.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from test_training import SCRIPT, TIMEOUT, env_with_package
+
+FUSED = "elementwise nodes into"
+
+# Keras' Adam update `m·α / (√v + ε)`, an intermediate the function also
+# returns (it must survive, so the tree fuses around it), on odd shapes:
+# empty, 1×1, primes, and inputs that broadcast three ways.
+PROGRAM = """
+import json
+from tensorflow.python.eager import context
+SHAPES = [((0, 3), (3,)), ((1, 1), ()), ((13, 17), (13, 17)), ((3, 1), (1, 5)), ((301, 257), (257,))]
+
+@tf.function
+def update(m, v, alpha, eps):
+    root = tf.sqrt(v)
+    return m * alpha / (root + eps), root * 2.0
+
+rng = np.random.default_rng(3)
+out = {}
+for i, (m_shape, v_shape) in enumerate(SHAPES):
+    m = rng.standard_normal(m_shape).astype(np.float32)
+    v = rng.random(v_shape).astype(np.float32)
+    v.flat[: min(2, v.size)] = 0.0  # √0: the ε keeps it finite
+    args = (m, v, np.float32(1e-3), np.float32(1e-7))
+    context.context().enable_run_metadata()
+    with tf.device("/device:WASM:0"):
+        wasm = [t.numpy() for t in update(*[tf.constant(a) for a in args])]
+    graphs = context.context().export_run_metadata().function_graphs
+    context.context().disable_run_metadata()
+    # Only this call's nodes on WASM (the metadata may also hold graphs of
+    # earlier calls on the CPU).
+    ran = sorted({n.op for g in graphs for n in g.post_optimization_graph.node if "device:WASM:" in n.device})
+    with tf.device("/device:CPU:0"):
+        cpu = [t.numpy() for t in update(*[tf.constant(a) for a in args])]
+    out[i] = {
+        "ran": ran,
+        "shape": list(wasm[0].shape),
+        "cpu_shape": list(cpu[0].shape),
+        "bits": [w.view(np.uint32).tolist() for w in wasm],
+        "max_rel": max(float(np.max(np.abs(w - c) / (np.abs(c) + 1e-30), initial=0.0)) for w, c in zip(wasm, cpu)),
+    }
+result("cases", json.dumps(out))
+"""
+
+
+def run_program(run_tf, fuse: str):
+    done = run_tf(PROGRAM, env={"TFWASM_FUSE": fuse})
+    assert done.returncode == 0, done.describe()
+    return json.loads(done.results()["cases"]), done
+
+
+def test_fused_function_matches_unfused_and_cpu(run_tf):
+    fused, fused_run = run_program(run_tf, "1")
+    unfused, unfused_run = run_program(run_tf, "0")
+    for i, case in fused.items():
+        # The pass fused the tree; `sqrt` stays, the function returns it too.
+        assert {"_TfwasmFusedElementwise", "Sqrt"} <= set(case["ran"]), f"case {i}: ran {case['ran']}"
+        assert not {"AddV2", "RealDiv"} & set(case["ran"]), f"case {i}: ran {case['ran']}"
+        # Turned off, it fuses nothing.
+        assert "_TfwasmFusedElementwise" not in unfused[i]["ran"], unfused_run.describe()
+        assert case["shape"] == case["cpu_shape"], f"case {i}: {case['shape']} vs CPU {case['cpu_shape']}"
+        assert case["bits"] == unfused[i]["bits"], f"case {i}: fused and unfused results differ"
+        # sqrt, *, + and / are exactly rounded on both devices.
+        assert case["max_rel"] <= 1e-6, f"case {i}: {case['max_rel']} from the CPU device"
+
+
+def test_adam_training_is_bit_identical_with_and_without_fusion(tmp_path):
+    """Keras' MLP with Adam: the losses of a fused and an unfused run are the
+    same floats (fusion reorders nothing), and the pass did fuse Adam."""
+    env = env_with_package()
+    env["TFWASM_LOG"] = "debug"
+    fused, fused_out = run_with_stderr([str(SCRIPT), "--model", "mlp", "--epochs", "2"], env, tmp_path)
+    env["TFWASM_FUSE"] = "0"
+    unfused, _ = run_with_stderr([str(SCRIPT), "--model", "mlp", "--epochs", "2"], env, tmp_path)
+    assert fused["weights_device"].endswith("WASM:0")
+    assert fused["loss"] == unfused["loss"], (fused["loss"], unfused["loss"])
+    assert fused["eval_loss"] == unfused["eval_loss"]
+    assert fused["predict_sum"] == unfused["predict_sum"]
+    counts = [line for line in fused_out.splitlines() if FUSED in line]
+    assert counts, "the MLP's train step fused nothing"
+
+
+def run_with_stderr(args, env, tmp_path):
+    done = subprocess.run(
+        [sys.executable, *args], env=env, cwd=tmp_path, capture_output=True, text=True, errors="replace", timeout=TIMEOUT
+    )
+    assert done.returncode == 0, done.stderr[-6000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]), done.stderr
