@@ -103,3 +103,27 @@ def run_with_stderr(args, env, tmp_path):
     assert done.returncode == 0, done.stderr[-6000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     return json.loads(lines[-1]), done.stderr
+
+
+def test_session_fetches_of_intermediates_survive(run_tf):
+    """A TF1 session that fetches an intermediate of the tree: TensorFlow
+    lists it among the nodes to preserve, so it stays a node (and its
+    value is the unfused one) while the rest still fuses."""
+    done = run_tf(
+        """
+        g = tf.Graph()
+        with g.as_default(), tf.device("/device:WASM:0"):
+            x = tf.compat.v1.placeholder(tf.float32, [None, 5])
+            inner = tf.sqrt(x) * 3.0
+            out = tf.exp(-inner) + 1.0
+        with tf.compat.v1.Session(graph=g) as sess:
+            value = np.arange(15, dtype=np.float32).reshape(3, 5)
+            got_inner, got_out = sess.run([inner, out], {x: value})
+        result("inner", float(np.max(np.abs(got_inner - np.sqrt(value) * 3.0))))
+        result("out", float(np.max(np.abs(got_out - (np.exp(-np.sqrt(value) * 3.0) + 1.0)))))
+        """
+    )
+    assert done.returncode == 0, done.describe()
+    results = done.results()
+    assert float(results["inner"]) <= 1e-5, done.describe()
+    assert float(results["out"]) <= 1e-5, done.describe()

@@ -16,10 +16,9 @@
 //! an invalid `TFWASM_DEVICE_TYPE`, registers under a device type no device
 //! has, and its optimizer never runs.
 
-use std::ffi::{c_void, CStr, CString};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::collections::HashSet;
-use std::ffi::c_char;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use super::ffi::grappler::*;
