@@ -127,3 +127,36 @@ def test_session_fetches_of_intermediates_survive(run_tf):
     results = done.results()
     assert float(results["inner"]) <= 1e-5, done.describe()
     assert float(results["out"]) <= 1e-5, done.describe()
+
+
+def test_a_malformed_fused_node_is_an_error_not_a_crash(run_tf):
+    """Anyone can import a GraphDef with our op in it. A node whose program
+    is malformed fails its own kernel with an error that names the op and
+    says what is wrong; the process and other ops carry on."""
+    done = run_tf(
+        """
+        from tensorflow.core.framework import types_pb2
+        g = tf.Graph()
+        with g.as_default():
+            tf.compat.v1.placeholder(tf.float32, [3], name="x")
+        graph_def = g.as_graph_def()
+        node = graph_def.node.add(name="bad", op="_TfwasmFusedElementwise", input=["x", "x"], device="/device:WASM:0")
+        node.attr["N"].i = 2
+        node.attr["T"].type = types_pb2.DT_FLOAT
+        node.attr["expr"].s = b"$0 Mul"
+        imported = tf.Graph()
+        with imported.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session(graph=imported) as sess:
+            try:
+                sess.run("bad:0", {"x:0": np.ones(3, np.float32)})
+                result("error", "none")
+            except tf.errors.InvalidArgumentError as e:
+                result("error", e.message.replace("\\n", " "))
+        result("after", float(tf.add(1.0, 2.0).numpy()))
+        """
+    )
+    assert done.returncode == 0, done.describe()
+    results = done.results()
+    assert "_TfwasmFusedElementwise" in results["error"] and "pops an empty stack" in results["error"], done.describe()
+    assert results["after"] == "3.0", done.describe()
