@@ -14,6 +14,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from test_training import SCRIPT, TIMEOUT, env_with_package
 
 FUSED = "elementwise nodes into"
@@ -80,20 +82,22 @@ def test_fused_function_matches_unfused_and_cpu(run_tf):
         assert case["max_rel"] <= 1e-6, f"case {i}: {case['max_rel']} from the CPU device"
 
 
-def test_adam_training_is_bit_identical_with_and_without_fusion(tmp_path):
-    """Keras' MLP with Adam: the losses of a fused and an unfused run are the
-    same floats (fusion reorders nothing), and the pass did fuse Adam."""
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_adam_training_is_bit_identical_with_and_without_fusion(model, tmp_path):
+    """Keras' MLP and CNN with Adam: the losses of a fused and an unfused run
+    are the same floats (fusion reorders nothing), and the pass did fuse
+    (Adam's updates, each layer's BiasAdd with its activation)."""
     env = env_with_package()
     env["TFWASM_LOG"] = "debug"
-    fused, fused_out = run_with_stderr([str(SCRIPT), "--model", "mlp", "--epochs", "2"], env, tmp_path)
+    fused, fused_out = run_with_stderr([str(SCRIPT), "--model", model, "--epochs", "2"], env, tmp_path)
     env["TFWASM_FUSE"] = "0"
-    unfused, _ = run_with_stderr([str(SCRIPT), "--model", "mlp", "--epochs", "2"], env, tmp_path)
+    unfused, _ = run_with_stderr([str(SCRIPT), "--model", model, "--epochs", "2"], env, tmp_path)
     assert fused["weights_device"].endswith("WASM:0")
     assert fused["loss"] == unfused["loss"], (fused["loss"], unfused["loss"])
     assert fused["eval_loss"] == unfused["eval_loss"]
     assert fused["predict_sum"] == unfused["predict_sum"]
     counts = [line for line in fused_out.splitlines() if FUSED in line]
-    assert counts, "the MLP's train step fused nothing"
+    assert counts, f"the {model}'s train step fused nothing"
 
 
 def run_with_stderr(args, env, tmp_path):

@@ -190,11 +190,17 @@ fn read_node<'g>(node: &'g [u8], device_type: &str) -> Result<Node<'g>, GraphErr
             NODE_ATTR => {
                 let (entry, entry_at) = wire::bytes(node, &field, "NodeDef.attr is not a map entry")?;
                 let (key, value) = attr_entry(entry).map_err(|e| e.at(entry_at))?;
-                if key == b"T" {
-                    let (value, value_at) = value.unwrap_or((&[], 0));
-                    float = attr_type(value).map_err(|e| e.at(entry_at + value_at))? == Some(DT_FLOAT);
-                } else if !key.starts_with(b"_") {
-                    other_attr = true;
+                let (value, value_at) = value.unwrap_or((&[], 0));
+                let last = last_field(value).map_err(|e| e.at(entry_at + value_at))?;
+                match key {
+                    b"T" => float = matches!(last, Some((ATTR_VALUE_TYPE, Value::Varint { value: DT_FLOAT, .. }))),
+                    // `BiasAdd` in its default layout is an add along the
+                    // last dimension; NCHW is not.
+                    b"data_format" => {
+                        let nhwc = matches!(&last, Some((ATTR_VALUE_S, Value::Bytes(r))) if &value[r.clone()] == b"NHWC");
+                        other_attr |= !nhwc;
+                    }
+                    _ => other_attr |= !key.starts_with(b"_"),
                 }
             }
             _ => {}
@@ -203,7 +209,7 @@ fn read_node<'g>(node: &'g [u8], device_type: &str) -> Result<Node<'g>, GraphErr
     let step = std::str::from_utf8(op).ok().and_then(fused::step_for_op).filter(|step| {
         let arity = match step {
             Step::Unary(_) => 1,
-            Step::Binary(_) => 2,
+            Step::Binary(_) | Step::BiasAdd => 2,
             Step::Input(_) => return false,
         };
         let data_inputs = inputs.iter().filter(|i| !i.starts_with(b"^")).count();
@@ -212,16 +218,14 @@ fn read_node<'g>(node: &'g [u8], device_type: &str) -> Result<Node<'g>, GraphErr
     Ok(Node { name, device, inputs, step })
 }
 
-/// The `type` of an AttrValue, if that is what it holds.
-fn attr_type(value: &[u8]) -> Result<Option<u64>, GraphError> {
+/// The last field of an AttrValue (its `value` oneof), as number and value.
+fn last_field(value: &[u8]) -> Result<Option<(u32, Value)>, GraphError> {
     let mut last = None;
     for field in wire::fields(value) {
-        last = Some(field?);
+        let field = field?;
+        last = Some((field.number, field.value));
     }
-    Ok(match last {
-        Some(wire::Field { number: ATTR_VALUE_TYPE, value: Value::Varint { value, .. } }) => Some(value),
-        _ => None,
-    })
+    Ok(last)
 }
 
 /// One tree being collected, in postfix order.
@@ -480,6 +484,30 @@ mod tests {
             let div = out.iter().find(|n| n.name == "div").unwrap();
             assert_eq!(div.op, fused::OP, "{case}");
             assert!(div.inputs.contains(&"sqrt".to_owned()), "{case}: {:?}", div.inputs);
+        }
+    }
+
+    fn string_attr(key: &str, value: &str, out: &mut Vec<u8>) {
+        let (mut value_bytes, mut entry) = (Vec::new(), Vec::new());
+        wire::put_bytes_field(ATTR_VALUE_S, value.as_bytes(), &mut value_bytes);
+        wire::put_bytes_field(MAP_KEY, key.as_bytes(), &mut entry);
+        wire::put_bytes_field(MAP_VALUE, &value_bytes, &mut entry);
+        wire::put_bytes_field(NODE_ATTR, &entry, out);
+    }
+
+    #[test]
+    fn bias_add_fuses_in_its_default_layout_only() {
+        for (layout, fuses) in [(None, true), (Some("NHWC"), true), (Some("NCHW"), false)] {
+            let mut bias = node("bias", "BiasAdd", &["matmul", "b"], WASM0, &[]);
+            if let Some(layout) = layout {
+                string_attr("data_format", layout, &mut bias);
+            }
+            let nodes = [bias, node("relu", "Relu", &["bias"], WASM0, &[])];
+            let fusion = fuse_elementwise(&graph(&nodes), "WASM", &keep_nothing).unwrap();
+            assert_eq!(!fusion.roots.is_empty(), fuses, "{layout:?}");
+            if fuses {
+                assert_eq!(decode(&fusion.graph)[0].expr.as_deref(), Some("$0 $1 BiasAdd Relu"));
+            }
         }
     }
 

@@ -52,6 +52,20 @@ pub enum Step {
     Input(usize),
     Unary(UnaryOp),
     Binary(BinaryOp),
+    /// `BiasAdd` in NHWC layout: `x + bias` along the last dimension, with
+    /// its own shape rules (checked by [`Program::output_shape`]).
+    BiasAdd,
+}
+
+impl Step {
+    /// The arithmetic of a two-operand step (`BiasAdd` adds).
+    fn binary_op(self) -> BinaryOp {
+        match self {
+            Step::Binary(op) => op,
+            Step::BiasAdd => BinaryOp::Add,
+            Step::Input(_) | Step::Unary(_) => unreachable!("not a two-operand step"),
+        }
+    }
 }
 
 /// The ops a program may contain, by TensorFlow op name: every float32
@@ -98,6 +112,9 @@ const BINARY: &[(&str, BinaryOp)] = &[
 /// The step a float32 node of TensorFlow op `op` becomes in a program, if
 /// the op can be fused. `Input` is never returned.
 pub fn step_for_op(op: &str) -> Option<Step> {
+    if op == "BiasAdd" {
+        return Some(Step::BiasAdd);
+    }
     UNARY
         .iter()
         .find(|(name, _)| *name == op)
@@ -128,6 +145,7 @@ impl Program {
                 Step::Unary(_) => (1, 1),
                 Step::Binary(op) if op.apply_f32(&[0.0], 0, &[0.0], 0, &mut [0.0]) => (2, 1),
                 Step::Binary(op) => return Err(format!("step {i}: {} is not float32 arithmetic", op.op_name())),
+                Step::BiasAdd => (2, 1),
             };
             depth = depth.checked_sub(pops).ok_or_else(|| format!("step {i} pops an empty stack"))? + pushes;
             if depth > MAX_DEPTH {
@@ -158,6 +176,7 @@ impl Program {
             Step::Input(k) => format!("${k}"),
             Step::Unary(op) => UNARY.iter().find(|(_, u)| *u == op).map_or("?", |(name, _)| name).to_owned(),
             Step::Binary(op) => op.op_name().to_owned(),
+            Step::BiasAdd => "BiasAdd".to_owned(),
         });
         names.collect::<Vec<_>>().join(" ")
     }
@@ -166,33 +185,98 @@ impl Program {
         self.inputs
     }
 
+    /// The output shape for inputs of these shapes, checking every step as
+    /// the op it replaces would: operands that broadcast, and `BiasAdd`'s
+    /// rules (a value of rank 2 or more, a 1-D bias as long as its last
+    /// dimension). The error names the step's op.
+    pub fn output_shape(&self, shapes: &[&[usize]]) -> Result<Dims, Error> {
+        let mut stack: SmallVec<[Dims; MAX_DEPTH]> = SmallVec::new();
+        for (i, step) in self.steps.iter().enumerate() {
+            let shape = match *step {
+                Step::Input(k) => Dims::from_slice(shapes[k]),
+                Step::Unary(_) => stack.pop().expect("validated program"),
+                Step::Binary(_) | Step::BiasAdd => {
+                    let (b, a) = (stack.pop().expect("validated program"), stack.pop().expect("validated program"));
+                    let fail = |what: String| Error::InvalidArgument(format!("{OP} (step {i}, {}): {what}", self.step_name(*step)));
+                    if let Step::BiasAdd = step {
+                        if a.len() < 2 {
+                            return Err(fail(format!("Input tensor must be at least 2D: {}", ShapeDisplay(&a))));
+                        }
+                        if b.len() != 1 {
+                            return Err(fail(format!("Biases must be 1D: {}", ShapeDisplay(&b))));
+                        }
+                        if b[0] != a[a.len() - 1] {
+                            return Err(fail(format!(
+                                "Must provide as many biases as the last dimension of the input tensor: {} vs. {}",
+                                ShapeDisplay(&b),
+                                ShapeDisplay(&a)
+                            )));
+                        }
+                        a
+                    } else {
+                        broadcast(&a, &b).ok_or_else(|| {
+                            fail(format!("Incompatible shapes: {} vs. {}", ShapeDisplay(&a), ShapeDisplay(&b)))
+                        })?
+                    }
+                }
+            };
+            stack.push(shape);
+        }
+        Ok(stack.pop().expect("validated program"))
+    }
+
+    fn step_name(&self, step: Step) -> String {
+        Program { steps: vec![step], inputs: self.inputs }.expr()
+    }
+
     pub fn steps(&self) -> &[Step] {
         &self.steps
     }
 
-    /// Fills `out`, output elements `start..start + out.len()`, span by span.
-    fn fill<'a>(&self, plan: &Plan, inputs: &[&'a [f32]], start: usize, out: &mut [f32]) {
-        let mut scratch = Scratch::new(out.len().min(BLOCK));
-        let mut operands = SmallVec::<[Operand; 8]>::new();
-        let (end, row) = (start + out.len(), plan.row_len());
+    /// Fills `out`, output elements `start..start + out.len()`, block by
+    /// block. Inputs that repeat along some dimensions (a bias, a column)
+    /// are gathered into a block of their own first, so blocks stay full
+    /// whatever the shapes.
+    fn fill(&self, plan: &Plan, inputs: &[&[f32]], tiles: &[Vec<f32>], start: usize, out: &mut [f32]) {
+        let block = out.len().min(BLOCK);
+        let mut scratch = Scratch::new(block);
+        let mut gathered: SmallVec<[Vec<f32>; 8]> =
+            plan.inputs.iter().map(|layout| if matches!(layout, Layout::Strided(_)) { vec![0.0; block] } else { Vec::new() }).collect();
+        let end = start + out.len();
         let mut at = start;
         while at < end {
-            let len = (row - at % row).min(end - at).min(BLOCK);
-            plan.operands(inputs, at, len, &mut operands);
+            let len = (end - at).min(BLOCK);
+            for ((layout, data), buffer) in plan.inputs.iter().zip(inputs).zip(&mut gathered) {
+                if let Layout::Strided(strides) = layout {
+                    plan.gather(strides, data, at, &mut buffer[..len]);
+                }
+            }
+            let operands: SmallVec<[Operand; 8]> = plan
+                .inputs
+                .iter()
+                .zip(inputs)
+                .zip(gathered.iter().zip(tiles))
+                .map(|((layout, data), (buffer, tile))| match *layout {
+                    Layout::Full => Operand { data: &data[at..at + len], repeated: false },
+                    Layout::Single => Operand { data: &data[..1], repeated: true },
+                    Layout::Periodic(period) => Operand { data: &tile[at % period..at % period + len], repeated: false },
+                    Layout::Strided(_) => Operand { data: &buffer[..len], repeated: false },
+                })
+                .collect();
             self.eval(&operands, &mut scratch, &mut out[at - start..at - start + len]);
             at += len;
         }
     }
 
     /// Evaluates the program on one span of `out.len()` elements.
-    fn eval<'a>(&self, operands: &[Operand<'a>], scratch: &mut Scratch<'a>, out: &mut [f32]) {
+    fn eval(&self, operands: &[Operand<'_>], scratch: &mut Scratch, out: &mut [f32]) {
         let len = out.len();
         let last = self.steps.len() - 1;
-        scratch.stack.clear();
+        let mut stack = SmallVec::<[Value; MAX_DEPTH]>::new();
         for (i, step) in self.steps.iter().enumerate() {
             let value = match *step {
                 Step::Input(k) => operands[k].value(),
-                Step::Unary(op) => match scratch.pop() {
+                Step::Unary(op) => match pop(&mut stack) {
                     Value::Uniform(v) => {
                         let mut y = [0.0];
                         op.run(&[v], &mut y);
@@ -200,21 +284,22 @@ impl Program {
                     }
                     x => scratch.write(i == last, out, &[x], |buffers, dest| op.run(view(buffers, &x, len).0, dest)),
                 },
-                Step::Binary(op) => match (scratch.pop(), scratch.pop()) {
+                Step::Binary(_) | Step::BiasAdd => match (pop(&mut stack), pop(&mut stack)) {
                     (Value::Uniform(y), Value::Uniform(x)) => {
+                        let op = step.binary_op();
                         let mut z = [0.0];
                         op.apply_f32(&[x], 0, &[y], 0, &mut z);
                         Value::Uniform(z[0])
                     }
                     (y, x) => scratch.write(i == last, out, &[x, y], |buffers, dest| {
                         let ((x, x_step), (y, y_step)) = (view(buffers, &x, len), view(buffers, &y, len));
-                        op.apply_f32(x, x_step, y, y_step, dest);
+                        step.binary_op().apply_f32(x, x_step, y, y_step, dest);
                     }),
                 },
             };
-            scratch.stack.push(value);
+            stack.push(value);
         }
-        match scratch.pop() {
+        match pop(&mut stack) {
             Value::Uniform(v) => out.fill(v),
             Value::Input(x) => out.copy_from_slice(&x[..len]),
             // The last step wrote into `out`.
@@ -222,6 +307,25 @@ impl Program {
             Value::Buffer(_) => unreachable!("the last step writes to the output"),
         }
     }
+}
+
+/// NumPy broadcasting of two shapes, or `None` if they do not broadcast.
+fn broadcast(a: &[usize], b: &[usize]) -> Option<Dims> {
+    let rank = a.len().max(b.len());
+    let dim = |s: &[usize], i: usize| if i + s.len() < rank { 1 } else { s[i + s.len() - rank] };
+    (0..rank)
+        .map(|i| match (dim(a, i), dim(b, i)) {
+            (x, y) if x == y || y == 1 => Some(x),
+            (1, y) => Some(y),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The top of a span's operand stack.
+fn pop<'v>(stack: &mut SmallVec<[Value<'v>; MAX_DEPTH]>) -> Value<'v> {
+    // `Program::new` proved the stack never underflows.
+    stack.pop().expect("a validated program never pops an empty stack")
 }
 
 /// What a stack slot holds during one span.
@@ -265,29 +369,23 @@ impl<'a> Operand<'a> {
     }
 }
 
-/// The scratch blocks of one chunk, and the operand stack. Every buffer is
-/// either on the stack or in the free list.
-struct Scratch<'a> {
+/// The scratch blocks of one chunk. Every buffer is either on the span's
+/// operand stack or in the free list.
+struct Scratch {
     buffers: Vec<Vec<f32>>,
     free: Vec<usize>,
-    stack: Vec<Value<'a>>,
     block: usize,
 }
 
-impl<'a> Scratch<'a> {
+impl Scratch {
     fn new(block: usize) -> Self {
-        Scratch { buffers: Vec::new(), free: Vec::new(), stack: Vec::with_capacity(MAX_DEPTH), block }
-    }
-
-    fn pop(&mut self) -> Value<'a> {
-        // `Program::new` proved the stack never underflows.
-        self.stack.pop().expect("a validated program never pops an empty stack")
+        Scratch { buffers: Vec::new(), free: Vec::new(), block }
     }
 
     /// Runs `compute(buffers, dest)` for a step whose operands were
     /// `popped`: `dest` is the span's output for the program's last step,
     /// else a free scratch buffer. Then frees the operands' buffers.
-    fn write(&mut self, last: bool, out: &mut [f32], popped: &[Value<'a>], compute: impl FnOnce(&[Vec<f32>], &mut [f32])) -> Value<'a> {
+    fn write<'v>(&mut self, last: bool, out: &mut [f32], popped: &[Value<'v>], compute: impl FnOnce(&[Vec<f32>], &mut [f32])) -> Value<'v> {
         let value = if last {
             compute(&self.buffers, out);
             Value::Out
@@ -317,9 +415,6 @@ struct Plan {
     shape: Dims,
     len: usize,
     inputs: SmallVec<[Layout; 8]>,
-    /// Whether some input is neither full nor a single element: then spans
-    /// are rows of the innermost output dimension.
-    strided: bool,
 }
 
 #[derive(Debug)]
@@ -328,33 +423,33 @@ enum Layout {
     Full,
     /// One element, repeated.
     Single,
+    /// `len` elements repeating along the output: the input's shape (past
+    /// its leading 1s) is the output's innermost dimensions, like a bias.
+    /// Read from a tile of the pattern repeated to [`BLOCK`] + `len`
+    /// elements (built once per execution, see [`Plan::tiles`]), so every
+    /// block is one slice of it.
+    Periodic(usize),
     /// Element strides along each output dimension (0 where it repeats).
     Strided(Dims),
 }
+
+/// Longest pattern read through a tile; longer ones are gathered per block
+/// (in runs of at least this length, which copy fast).
+const MAX_TILE_PERIOD: usize = 16 * 1024;
 
 impl Plan {
     fn new(shapes: &[&[usize]]) -> Result<Self, Error> {
         let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
         let dim_of = |shape: &[usize], i: usize| if i + shape.len() < rank { 1 } else { shape[i + shape.len() - rank] };
-        let mut shape = Dims::with_capacity(rank);
-        for i in 0..rank {
-            let mut dim = 1;
-            for s in shapes {
-                match (dim, dim_of(s, i)) {
-                    (_, 1) => {}
-                    (1, d) => dim = d,
-                    (a, b) if a == b => {}
-                    _ => {
-                        let list = shapes.iter().map(|s| ShapeDisplay(s).to_string()).collect::<Vec<_>>().join(" vs. ");
-                        return Err(Error::InvalidArgument(format!("{OP}: Incompatible shapes: {list}")));
-                    }
-                }
-            }
-            shape.push(dim);
+        let mut shape = Dims::new();
+        for s in shapes {
+            shape = broadcast(&shape, s).ok_or_else(|| {
+                let list = shapes.iter().map(|s| ShapeDisplay(s).to_string()).collect::<Vec<_>>().join(" vs. ");
+                Error::InvalidArgument(format!("{OP}: Incompatible shapes: {list}"))
+            })?;
         }
         let len = element_count(&shape)
             .ok_or_else(|| Error::InvalidArgument(format!("{OP}: output shape {} is too large", ShapeDisplay(&shape))))?;
-        let mut strided = false;
         let inputs = shapes
             .iter()
             .map(|s| {
@@ -363,8 +458,12 @@ impl Plan {
                     Layout::Full
                 } else if count == 1 {
                     Layout::Single
+                } else if count <= MAX_TILE_PERIOD && {
+                    let core = &s[s.iter().position(|&d| d != 1).unwrap_or(s.len())..];
+                    core == &shape[rank - core.len()..]
+                } {
+                    Layout::Periodic(count)
                 } else {
-                    strided = true;
                     let mut strides: Dims = smallvec::smallvec![0; rank];
                     let mut stride = 1;
                     for i in (0..rank).rev() {
@@ -378,7 +477,7 @@ impl Plan {
                 }
             })
             .collect();
-        Ok(Plan { shape, len, inputs, strided })
+        Ok(Plan { shape, len, inputs })
     }
 
     fn check(&self, inputs: &[&[f32]], out_len: usize) -> Result<(), Error> {
@@ -389,6 +488,7 @@ impl Plan {
             let needed = match layout {
                 Layout::Full => self.len,
                 Layout::Single => 1,
+                Layout::Periodic(period) => *period,
                 // The last element a stride reaches, plus one.
                 Layout::Strided(strides) => 1 + strides.iter().zip(&self.shape).map(|(s, d)| s * (d - 1)).sum::<usize>(),
             };
@@ -399,41 +499,56 @@ impl Plan {
         Ok(())
     }
 
-    /// Elements per span: the innermost dimension when some input is
-    /// strided, else the whole output.
-    fn row_len(&self) -> usize {
-        if self.strided {
-            self.shape.last().copied().unwrap_or(1).max(1)
-        } else {
-            self.len.max(1)
-        }
+    /// The tile of each periodic input (empty for the others).
+    fn tiles(&self, inputs: &[&[f32]]) -> SmallVec<[Vec<f32>; 8]> {
+        self.inputs
+            .iter()
+            .zip(inputs)
+            .map(|(layout, data)| match *layout {
+                Layout::Periodic(period) => data[..period].iter().copied().cycle().take(period + BLOCK).collect(),
+                _ => Vec::new(),
+            })
+            .collect()
     }
 
-    /// Each input's operand for the span of `len` output elements from `at`
-    /// (within one row).
-    fn operands<'a>(&self, inputs: &[&'a [f32]], at: usize, len: usize, operands: &mut SmallVec<[Operand<'a>; 8]>) {
-        operands.clear();
-        let row_len = self.row_len();
-        let (row, column) = (at / row_len, at % row_len);
-        for (data, layout) in inputs.iter().zip(&self.inputs) {
-            let operand = match layout {
-                Layout::Full => Operand { data: &data[at..at + len], repeated: false },
-                Layout::Single => Operand { data: &data[..1], repeated: true },
-                Layout::Strided(strides) => {
-                    // Unravel the row over the outer dimensions.
-                    let rank = self.shape.len();
-                    let (mut rest, mut offset) = (row, 0);
-                    for i in (0..rank - 1).rev() {
-                        offset += (rest % self.shape[i]) * strides[i];
-                        rest /= self.shape[i];
+    /// Copies the elements of a strided input for output elements
+    /// `at..at + out.len()` into `out`: row by row of the innermost output
+    /// dimension, each row a copy (or a fill where the input repeats along
+    /// it), the row's offset advanced like an odometer.
+    fn gather(&self, strides: &[usize], data: &[f32], at: usize, out: &mut [f32]) {
+        let rank = self.shape.len();
+        let (row_len, inner) = (self.shape[rank - 1], strides[rank - 1]);
+        let (mut row, mut column) = (at / row_len, at % row_len);
+        let mut index: SmallVec<[usize; 6]> = smallvec::smallvec![0; rank - 1];
+        let mut offset = 0;
+        for i in (0..rank - 1).rev() {
+            index[i] = row % self.shape[i];
+            offset += index[i] * strides[i];
+            row /= self.shape[i];
+        }
+        let mut filled = 0;
+        while filled < out.len() {
+            let run = (row_len - column).min(out.len() - filled);
+            let dst = &mut out[filled..filled + run];
+            if inner == 0 {
+                dst.fill(data[offset]);
+            } else {
+                dst.copy_from_slice(&data[offset + column..offset + column + run]);
+            }
+            filled += run;
+            column += run;
+            if column == row_len {
+                column = 0;
+                for i in (0..rank - 1).rev() {
+                    index[i] += 1;
+                    offset += strides[i];
+                    if index[i] < self.shape[i] {
+                        break;
                     }
-                    let step = strides[rank - 1];
-                    offset += column * step;
-                    let span = if step == 0 { 1 } else { len };
-                    Operand { data: &data[offset..offset + span], repeated: step == 0 }
+                    offset -= strides[i] * self.shape[i];
+                    index[i] = 0;
                 }
-            };
-            operands.push(operand);
+            }
         }
     }
 }
@@ -458,7 +573,11 @@ impl Kernel for FusedKernel {
         super::expect_inputs(OP, ctx, self.program.inputs())?;
         let tensors = (0..self.program.inputs()).map(|k| ctx.input(k)).collect::<Result<Vec<_>, _>>()?;
         let shapes: SmallVec<[&[usize]; 8]> = tensors.iter().map(|t| t.shape()).collect();
+        // Each step's shapes as the unfused op checks them; the plan then
+        // broadcasts every input to the same output shape.
+        let shape = self.program.output_shape(&shapes)?;
         let plan = Plan::new(&shapes)?;
+        debug_assert_eq!(plan.shape, shape);
         let mut out = ctx.allocate_output(0, &plan.shape)?;
         if plan.len == 0 {
             return Ok(());
@@ -466,7 +585,8 @@ impl Kernel for FusedKernel {
         let data = tensors.iter().map(|t| t.data::<f32>()).collect::<Result<SmallVec<[&[f32]; 8]>, _>>()?;
         let out = out.data_mut::<f32>()?;
         plan.check(&data, out.len())?;
-        fill_chunked(out, |start, chunk| self.program.fill(&plan, &data, start, chunk));
+        let tiles = plan.tiles(&data);
+        fill_chunked(out, |start, chunk| self.program.fill(&plan, &data, &tiles, start, chunk));
         Ok(())
     }
 }
@@ -535,10 +655,10 @@ mod tests {
                     op.run(&x, &mut y);
                     (shape, y)
                 }
-                Step::Binary(op) => {
+                Step::Binary(_) | Step::BiasAdd => {
                     let (b_shape, b) = stack.pop().unwrap();
                     let (a_shape, a) = stack.pop().unwrap();
-                    let plan = BinaryPlan::new(op, &a_shape, &b_shape).unwrap();
+                    let plan = BinaryPlan::new(step.binary_op(), &a_shape, &b_shape).unwrap();
                     let mut out = vec![0.0; plan.output_len()];
                     plan.run(&a, &b, &mut out).unwrap();
                     (plan.output_shape().to_vec(), out)
@@ -597,6 +717,13 @@ mod tests {
         check("$0 Exp $1 Tanh $0 Sigmoid Mul AddV2 Log1p Neg Abs Rsqrt $1 Relu6 Maximum", &[&[1031], &[1031]]);
         check("$0 Elu Selu Softplus Softsign Erf Sign $1 Floor $0 Ceil Round Minimum Pow", &[&[64, 3], &[3]]);
         check("$0 $1 DivNoNan $0 $1 SquaredDifference Add $0 Reciprocal Inv Relu Log Sub", &[&[9, 40], &[40]]);
+        // A layer's bias and activation: a bias of 8 channels repeats every
+        // 8 elements (gathered per block), one of 512 spans blocks.
+        check("$0 $1 BiasAdd Relu", &[&[64, 28, 28, 8], &[8]]);
+        check("$0 $1 BiasAdd Relu", &[&[128, 512], &[512]]);
+        check("$0 $1 BiasAdd $2 Mul", &[&[3, 1, 5], &[5], &[7, 1, 1, 1]]);
+        // Inputs that repeat along inner and outer dimensions at once.
+        check("$0 $1 Mul $2 Add", &[&[5, 1, 7], &[1, 3, 1], &[3, 7]]);
         // A program that is only an input (a copy), or only scalars.
         check("$0", &[&[6]]);
         check("$0 $1 Mul Exp", &[&[], &[1, 1]]);
@@ -616,6 +743,23 @@ mod tests {
         let inputs = [(vec![3], vec![1.0; 3]), (vec![2, 4], vec![1.0; 8])];
         let error = fused("$0 $1 Mul", &inputs).unwrap_err().to_string();
         assert!(error.contains(OP) && error.contains("Incompatible shapes"), "{error}");
+    }
+
+    #[test]
+    fn bias_add_keeps_its_shape_rules() {
+        for (shapes, why) in [
+            (&[&[5usize][..], &[5]][..], "at least 2D"),
+            (&[&[2, 5], &[1, 5]], "Biases must be 1D"),
+            (&[&[2, 5], &[4]], "as many biases"),
+        ] {
+            let inputs: Vec<_> = shapes.iter().map(|s| (s.to_vec(), vec![1.0; s.iter().product()])).collect();
+            let error = fused("$0 $1 BiasAdd", &inputs).unwrap_err().to_string();
+            assert!(error.contains("BiasAdd") && error.contains(why), "{shapes:?}: {error}");
+        }
+        // An add would broadcast [2, 5] + [1, 5]; the error names the step.
+        let inputs = [(vec![2, 5], vec![1.0; 10]), (vec![3], vec![1.0; 3])];
+        let error = fused("$0 Neg $1 Sub", &inputs).unwrap_err().to_string();
+        assert!(error.contains("step 3, Sub") && error.contains("Incompatible shapes: [2,5] vs. [3]"), "{error}");
     }
 
     #[test]
