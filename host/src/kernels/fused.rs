@@ -8,19 +8,23 @@
 //! name pops its operands and pushes its result. The example is
 //! `$0 $1 Mul $2 Sqrt $3 AddV2 RealDiv`.
 //!
-//! Semantics are those of the ops it replaces, bit for bit: inputs broadcast
-//! together as NumPy does (an elementwise tree's output is the broadcast of
-//! all its inputs, whatever the intermediate shapes were), and each step is
-//! computed by the same element function as the unfused kernel
-//! ([`UnaryOp::run`], [`BinaryOp::apply_f32`]), rounding to float32 after
-//! every step as they do.
+//! Semantics are those of the ops it replaces, bit for bit. Every step's
+//! shapes are checked as that op checks them ([`Program::output_shape`]:
+//! broadcasting, and `BiasAdd`'s rules). Inputs then broadcast together as
+//! NumPy does: an elementwise tree's output is the broadcast of all its
+//! inputs, whatever the intermediate shapes were. Each step is computed by
+//! the same element function as the unfused kernel ([`UnaryOp::run`],
+//! [`BinaryOp::apply_f32`]), rounding to float32 after every step as they
+//! do.
 //!
 //! The output is computed in blocks of [`BLOCK`] elements that stay in the
 //! L1 cache: each step reads its operands' blocks and writes one block.
 //! Operands that are the same for a whole block (single-element inputs, and
 //! any subtree of them, such as Adam's bias corrections) are computed once
-//! per block as scalars, not per element. Large outputs are split across the
-//! compute pool as the unfused kernels are.
+//! per block as scalars, not per element. An input that repeats along the
+//! output's outer dimensions (a bias) is read from a tile of its pattern;
+//! any other repeating input is gathered block by block. Large outputs are
+//! split across the compute pool as the unfused kernels are.
 
 use smallvec::SmallVec;
 
@@ -578,7 +582,7 @@ impl Kernel for FusedKernel {
         let shape = self.program.output_shape(&shapes)?;
         let plan = Plan::new(&shapes)?;
         debug_assert_eq!(plan.shape, shape);
-        let mut out = ctx.allocate_output(0, &plan.shape)?;
+        let mut out = ctx.allocate_output(0, &shape)?;
         if plan.len == 0 {
             return Ok(());
         }
