@@ -164,3 +164,37 @@ def test_a_malformed_fused_node_is_an_error_not_a_crash(run_tf):
     results = done.results()
     assert "_TfwasmFusedElementwise" in results["error"] and "pops an empty stack" in results["error"], done.describe()
     assert results["after"] == "3.0", done.describe()
+
+
+def test_trees_inside_loops_and_branches_fuse_and_match_the_cpu(run_tf):
+    """A while loop and a cond in a tf.function (TensorFlow lowers both to
+    frames and switches): the trees in the loop body and the branches fuse
+    within their frame and compute what the CPU device computes."""
+    done = run_tf(
+        """
+        from tensorflow.python.eager import context
+
+        @tf.function
+        def f(x, n):
+            def body(i, y):
+                return i + 1, tf.sqrt(tf.abs(y) * 0.5 + 1.0) - 0.25 * y
+            _, y = tf.while_loop(lambda i, y: i < n, body, (tf.constant(0), x))
+            return tf.cond(tf.reduce_sum(y) > 0, lambda: tf.exp(-y) * 2.0 + 1.0, lambda: tf.tanh(y) - 3.0)
+
+        x = np.random.default_rng(0).standard_normal((7, 13)).astype(np.float32)
+        context.context().enable_run_metadata()
+        with tf.device("/device:WASM:0"):
+            wasm = f(tf.constant(x), tf.constant(5)).numpy()
+        graphs = context.context().export_run_metadata().function_graphs
+        context.context().disable_run_metadata()
+        with tf.device("/device:CPU:0"):
+            cpu = f(tf.constant(x), tf.constant(5)).numpy()
+        fused = sum(n.op == "_TfwasmFusedElementwise" for g in graphs for n in g.post_optimization_graph.node)
+        result("fused", fused)
+        result("max_rel", float(np.max(np.abs(wasm - cpu) / (np.abs(cpu) + 1e-30))))
+        """
+    )
+    assert done.returncode == 0, done.describe()
+    results = done.results()
+    assert int(results["fused"]) >= 2, done.describe()
+    assert float(results["max_rel"]) <= 1e-5, done.describe()
