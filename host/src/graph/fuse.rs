@@ -191,13 +191,13 @@ fn read_node<'g>(node: &'g [u8], device_type: &str) -> Result<Node<'g>, GraphErr
                 let (entry, entry_at) = wire::bytes(node, &field, "NodeDef.attr is not a map entry")?;
                 let (key, value) = attr_entry(entry).map_err(|e| e.at(entry_at))?;
                 let (value, value_at) = value.unwrap_or((&[], 0));
-                let last = last_field(value).map_err(|e| e.at(entry_at + value_at))?;
+                let last = attr_value(value).map_err(|e| e.at(entry_at + value_at))?;
                 match key {
-                    b"T" => float = matches!(last, Some((ATTR_VALUE_TYPE, Value::Varint { value: DT_FLOAT, .. }))),
+                    b"T" => float = matches!(last, Some(wire::Field { number: ATTR_VALUE_TYPE, value: Value::Varint { value: DT_FLOAT, .. } })),
                     // `BiasAdd` in its default layout is an add along the
                     // last dimension; NCHW is not.
                     b"data_format" => {
-                        let nhwc = matches!(&last, Some((ATTR_VALUE_S, Value::Bytes(r))) if &value[r.clone()] == b"NHWC");
+                        let nhwc = matches!(&last, Some(wire::Field { number: ATTR_VALUE_S, value: Value::Bytes(r) }) if &value[r.clone()] == b"NHWC");
                         other_attr |= !nhwc;
                     }
                     _ => other_attr |= !key.starts_with(b"_"),
@@ -216,16 +216,6 @@ fn read_node<'g>(node: &'g [u8], device_type: &str) -> Result<Node<'g>, GraphErr
         float && !other_attr && data_inputs == arity && placed_on(device, device_type)
     });
     Ok(Node { name, device, inputs, step })
-}
-
-/// The last field of an AttrValue (its `value` oneof), as number and value.
-fn last_field(value: &[u8]) -> Result<Option<(u32, Value)>, GraphError> {
-    let mut last = None;
-    for field in wire::fields(value) {
-        let field = field?;
-        last = Some((field.number, field.value));
-    }
-    Ok(last)
 }
 
 /// One tree being collected, in postfix order.

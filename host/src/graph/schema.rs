@@ -51,3 +51,13 @@ pub fn attr_entry(entry: &[u8]) -> Result<(&[u8], Option<(&[u8], usize)>), Graph
     }
     Ok((key, value))
 }
+
+/// The value of an AttrValue: its last field (every field of AttrValue
+/// belongs to its `value` oneof, so the last one on the wire wins).
+pub fn attr_value(value: &[u8]) -> Result<Option<wire::Field>, GraphError> {
+    let mut last = None;
+    for field in wire::fields(value) {
+        last = Some(field?);
+    }
+    Ok(last)
+}

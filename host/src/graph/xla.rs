@@ -19,7 +19,7 @@
 //! varint `01` and `b: false` the varint `00` of the same length, so the
 //! patch changes no length prefix.
 
-use super::schema::{attr_entry, node_defs, ATTR_VALUE_B, NODE_ATTR, NODE_DEVICE, NODE_NAME};
+use super::schema::{attr_entry, attr_value, node_defs, ATTR_VALUE_B, NODE_ATTR, NODE_DEVICE, NODE_NAME};
 use super::wire::{self, Value};
 use super::GraphError;
 
@@ -89,10 +89,7 @@ fn must_compile_flags(node: &[u8], device_type: &str) -> Result<NodeFlags, Graph
     for (entry, entry_at) in attrs {
         let (key, value) = attr_entry(entry).map_err(|e| e.at(entry_at))?;
         let Some((value, value_at)) = value.filter(|_| key == XLA_MUST_COMPILE) else { continue };
-        let mut last = None;
-        for field in wire::fields(value) {
-            last = Some(field.map_err(|e| e.at(entry_at + value_at))?);
-        }
+        let last = attr_value(value).map_err(|e| e.at(entry_at + value_at))?;
         if let Some(wire::Field { number: ATTR_VALUE_B, value: Value::Varint { value: b, range } }) = last {
             if b != 0 {
                 flags.push(range.start + entry_at + value_at..range.end + entry_at + value_at);

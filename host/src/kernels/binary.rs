@@ -26,7 +26,7 @@
 //! CPU kernel does.
 
 use super::pool;
-use super::shape::{element_count, Broadcast, Dims, ShapeDisplay};
+use super::shape::{broadcast_shape, element_count, Broadcast, Dims, ShapeDisplay};
 use super::vmath::in_wide_lanes;
 use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, TfBool};
 use crate::error::Error;
@@ -652,20 +652,7 @@ impl Broadcast3 {
     fn new(shapes: [&[usize]; 3]) -> Option<Self> {
         let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
         let dim_of = |shape: &[usize], i: usize| if i + shape.len() < rank { 1 } else { shape[i + shape.len() - rank] };
-        let mut output_shape = Vec::with_capacity(rank);
-        for i in 0..rank {
-            let mut dim = 1;
-            for shape in shapes {
-                let d = dim_of(shape, i);
-                if d != 1 {
-                    if dim != 1 && dim != d {
-                        return None;
-                    }
-                    dim = d;
-                }
-            }
-            output_shape.push(dim);
-        }
+        let output_shape = shapes.iter().try_fold(Dims::new(), |shape, s| broadcast_shape(&shape, s))?.to_vec();
         let output_len = element_count(&output_shape)?;
         let mut dims: Vec<usize> = Vec::new();
         let mut repeats: Vec<[bool; 3]> = Vec::new();

@@ -29,7 +29,7 @@
 use smallvec::SmallVec;
 
 use super::binary::{fill_chunked, BinaryOp};
-use super::shape::{element_count, Dims, ShapeDisplay};
+use super::shape::{broadcast_shape, element_count, Dims, ShapeDisplay};
 use super::unary::UnaryOp;
 use super::{types, Attrs, Kernel, KernelDef, OpContext};
 use crate::error::Error;
@@ -62,6 +62,16 @@ pub enum Step {
 }
 
 impl Step {
+    /// The step's token in `expr`: `$k`, or the TensorFlow op name.
+    fn name(self) -> String {
+        match self {
+            Step::Input(k) => format!("${k}"),
+            Step::Unary(op) => UNARY.iter().find(|(_, u)| *u == op).map_or("?", |(name, _)| name).to_owned(),
+            Step::Binary(op) => op.op_name().to_owned(),
+            Step::BiasAdd => "BiasAdd".to_owned(),
+        }
+    }
+
     /// The arithmetic of a two-operand step (`BiasAdd` adds).
     fn binary_op(self) -> BinaryOp {
         match self {
@@ -135,7 +145,7 @@ pub struct Program {
 
 impl Program {
     /// Checks that `steps` leave exactly one value, never pop an empty
-    /// stack, read only inputs below `inputs`, and stay within
+    /// stack, read every input below `inputs` and no other, and stay within
     /// [`MAX_DEPTH`] and [`MAX_STEPS`].
     pub fn new(steps: Vec<Step>, inputs: usize) -> Result<Self, String> {
         if steps.len() > MAX_STEPS {
@@ -159,6 +169,9 @@ impl Program {
         if depth != 1 {
             return Err(format!("leaves {depth} values, not 1"));
         }
+        if let Some(k) = (0..inputs).find(|&k| !steps.contains(&Step::Input(k))) {
+            return Err(format!("never reads input ${k}"));
+        }
         Ok(Program { steps, inputs })
     }
 
@@ -176,13 +189,7 @@ impl Program {
 
     /// The `expr` attribute for this program.
     pub fn expr(&self) -> String {
-        let names = self.steps.iter().map(|step| match *step {
-            Step::Input(k) => format!("${k}"),
-            Step::Unary(op) => UNARY.iter().find(|(_, u)| *u == op).map_or("?", |(name, _)| name).to_owned(),
-            Step::Binary(op) => op.op_name().to_owned(),
-            Step::BiasAdd => "BiasAdd".to_owned(),
-        });
-        names.collect::<Vec<_>>().join(" ")
+        self.steps.iter().map(|step| step.name()).collect::<Vec<_>>().join(" ")
     }
 
     pub fn inputs(&self) -> usize {
@@ -201,7 +208,7 @@ impl Program {
                 Step::Unary(_) => stack.pop().expect("validated program"),
                 Step::Binary(_) | Step::BiasAdd => {
                     let (b, a) = (stack.pop().expect("validated program"), stack.pop().expect("validated program"));
-                    let fail = |what: String| Error::InvalidArgument(format!("{OP} (step {i}, {}): {what}", self.step_name(*step)));
+                    let fail = |what: String| Error::InvalidArgument(format!("{OP} (step {i}, {}): {what}", step.name()));
                     if let Step::BiasAdd = step {
                         if a.len() < 2 {
                             return Err(fail(format!("Input tensor must be at least 2D: {}", ShapeDisplay(&a))));
@@ -218,7 +225,7 @@ impl Program {
                         }
                         a
                     } else {
-                        broadcast(&a, &b).ok_or_else(|| {
+                        broadcast_shape(&a, &b).ok_or_else(|| {
                             fail(format!("Incompatible shapes: {} vs. {}", ShapeDisplay(&a), ShapeDisplay(&b)))
                         })?
                     }
@@ -227,10 +234,6 @@ impl Program {
             stack.push(shape);
         }
         Ok(stack.pop().expect("validated program"))
-    }
-
-    fn step_name(&self, step: Step) -> String {
-        Program { steps: vec![step], inputs: self.inputs }.expr()
     }
 
     pub fn steps(&self) -> &[Step] {
@@ -311,19 +314,6 @@ impl Program {
             Value::Buffer(_) => unreachable!("the last step writes to the output"),
         }
     }
-}
-
-/// NumPy broadcasting of two shapes, or `None` if they do not broadcast.
-fn broadcast(a: &[usize], b: &[usize]) -> Option<Dims> {
-    let rank = a.len().max(b.len());
-    let dim = |s: &[usize], i: usize| if i + s.len() < rank { 1 } else { s[i + s.len() - rank] };
-    (0..rank)
-        .map(|i| match (dim(a, i), dim(b, i)) {
-            (x, y) if x == y || y == 1 => Some(x),
-            (1, y) => Some(y),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The top of a span's operand stack.
@@ -442,16 +432,12 @@ enum Layout {
 const MAX_TILE_PERIOD: usize = 16 * 1024;
 
 impl Plan {
-    fn new(shapes: &[&[usize]]) -> Result<Self, Error> {
-        let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    /// The layouts of inputs with these shapes against `shape`, the output
+    /// shape [`Program::output_shape`] checked: the broadcast of them all,
+    /// since a program reads every input.
+    fn new(shapes: &[&[usize]], shape: Dims) -> Result<Self, Error> {
+        let rank = shape.len();
         let dim_of = |shape: &[usize], i: usize| if i + shape.len() < rank { 1 } else { shape[i + shape.len() - rank] };
-        let mut shape = Dims::new();
-        for s in shapes {
-            shape = broadcast(&shape, s).ok_or_else(|| {
-                let list = shapes.iter().map(|s| ShapeDisplay(s).to_string()).collect::<Vec<_>>().join(" vs. ");
-                Error::InvalidArgument(format!("{OP}: Incompatible shapes: {list}"))
-            })?;
-        }
         let len = element_count(&shape)
             .ok_or_else(|| Error::InvalidArgument(format!("{OP}: output shape {} is too large", ShapeDisplay(&shape))))?;
         let inputs = shapes
@@ -578,11 +564,9 @@ impl Kernel for FusedKernel {
         let tensors = (0..self.program.inputs()).map(|k| ctx.input(k)).collect::<Result<Vec<_>, _>>()?;
         let shapes: SmallVec<[&[usize]; 8]> = tensors.iter().map(|t| t.shape()).collect();
         // Each step's shapes as the unfused op checks them; the plan then
-        // broadcasts every input to the same output shape.
-        let shape = self.program.output_shape(&shapes)?;
-        let plan = Plan::new(&shapes)?;
-        debug_assert_eq!(plan.shape, shape);
-        let mut out = ctx.allocate_output(0, &shape)?;
+        // lays every input out against the output shape.
+        let plan = Plan::new(&shapes, self.program.output_shape(&shapes)?)?;
+        let mut out = ctx.allocate_output(0, &plan.shape)?;
         if plan.len == 0 {
             return Ok(());
         }
@@ -774,6 +758,7 @@ mod tests {
             ("$2", 2, "reads input $2"),
             ("$0 Cast", 1, "\"Cast\" is not an op"),
             ("$x", 1, "bad input reference"),
+            ("$1", 2, "never reads input $0"),
             ("", 1, "leaves 0 values"),
             ("$0 $0 $0 $0 $0 $0 $0 $0 $0 $0 $0 $0 $0 $0 $0 $0 $0", 1, "deeper than"),
         ] {
@@ -787,10 +772,10 @@ mod tests {
 
     #[test]
     fn expr_round_trips() {
-        for expr in [ADAM_UPDATE, ADAM_ALPHA, "$0 Inv", "$0 $1 Add"] {
-            let program = Program::parse(expr, 5).unwrap();
+        for (expr, inputs) in [(ADAM_UPDATE, 4), (ADAM_ALPHA, 5), ("$0 Inv", 1), ("$0 $1 Add", 2)] {
+            let program = Program::parse(expr, inputs).unwrap();
             // Aliases (`Inv`, `Add`) come back as the name of their kernel.
-            let again = Program::parse(&program.expr(), 5).unwrap();
+            let again = Program::parse(&program.expr(), inputs).unwrap();
             assert_eq!(program, again);
         }
         assert_eq!(Program::parse(ADAM_UPDATE, 4).unwrap().expr(), ADAM_UPDATE);

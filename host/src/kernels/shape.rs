@@ -91,24 +91,27 @@ pub struct Broadcast {
     b_strides: Dims,
 }
 
+/// NumPy broadcasting of two shapes (missing leading dims count as 1), or
+/// `None` if they do not broadcast.
+pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Dims> {
+    let rank = a.len().max(b.len());
+    let dim_of = |shape: &[usize], i: usize| if i + shape.len() < rank { 1 } else { shape[i + shape.len() - rank] };
+    (0..rank)
+        .map(|i| match (dim_of(a, i), dim_of(b, i)) {
+            (da, db) if da == db || db == 1 => Some(da),
+            (1, db) => Some(db),
+            _ => None,
+        })
+        .collect()
+}
+
 impl Broadcast {
     pub fn new(a: &[usize], b: &[usize]) -> Result<Self, ShapeError> {
         let rank = a.len().max(b.len());
         // Operand dimension `i` of the output, with missing leading dims as 1.
         let dim_of = |shape: &[usize], i: usize| if i + shape.len() < rank { 1 } else { shape[i + shape.len() - rank] };
 
-        let mut output_shape = Dims::with_capacity(rank);
-        for i in 0..rank {
-            let (da, db) = (dim_of(a, i), dim_of(b, i));
-            let dim = if da == db || db == 1 {
-                da
-            } else if da == 1 {
-                db
-            } else {
-                return Err(ShapeError::Incompatible { a: a.to_vec(), b: b.to_vec() });
-            };
-            output_shape.push(dim);
-        }
+        let output_shape = broadcast_shape(a, b).ok_or_else(|| ShapeError::Incompatible { a: a.to_vec(), b: b.to_vec() })?;
         let output_len =
             element_count(&output_shape).ok_or_else(|| ShapeError::TooLarge { shape: output_shape.to_vec() })?;
 
