@@ -41,35 +41,16 @@ pub struct Fusion {
 
 /// One NodeDef, as much as the pass reads of it.
 struct Node<'g> {
-    name: &'g [u8],
-    device: &'g [u8],
-    /// Data inputs, then control inputs (`^name`), as written.
-    inputs: Vec<&'g [u8]>,
+    fields: NodeFields<'g>,
     /// The step this node becomes in a group, if it may join one.
     step: Option<Step>,
 }
 
-impl<'g> Node<'g> {
-    fn data_inputs(&self) -> impl Iterator<Item = &'g [u8]> + '_ {
-        self.inputs.iter().copied().filter(|i| !i.starts_with(b"^"))
-    }
+impl<'g> std::ops::Deref for Node<'g> {
+    type Target = NodeFields<'g>;
 
-    fn control_inputs(&self) -> impl Iterator<Item = &'g [u8]> + '_ {
-        self.inputs.iter().copied().filter(|i| i.starts_with(b"^"))
-    }
-}
-
-/// The node an input names and the output it reads (`None` for a control
-/// input).
-fn source(input: &[u8]) -> (&[u8], Option<&[u8]>) {
-    if let Some(name) = input.strip_prefix(b"^") {
-        return (name, None);
-    }
-    match input.iter().rposition(|&b| b == b':') {
-        Some(colon) if colon + 1 < input.len() && input[colon + 1..].iter().all(u8::is_ascii_digit) => {
-            (&input[..colon], Some(&input[colon + 1..]))
-        }
-        _ => (input, Some(b"0")),
+    fn deref(&self) -> &NodeFields<'g> {
+        &self.fields
     }
 }
 
@@ -97,7 +78,7 @@ pub fn fuse_elementwise(graph: &[u8], device_type: &str, preserve: &dyn Fn(&[u8]
     let mut reads_other_port = vec![false; nodes.len()];
     for (index, node) in nodes.iter().enumerate() {
         for input in &node.inputs {
-            let (name, port) = source(input);
+            let (name, port) = input_source(input);
             let Some(&producer) = by_name.get(name) else { continue };
             match port {
                 None => controlled[producer] = true,
@@ -123,8 +104,7 @@ pub fn fuse_elementwise(graph: &[u8], device_type: &str, preserve: &dyn Fn(&[u8]
         })
         .collect();
 
-    let mut replacement: Vec<Option<Vec<u8>>> = vec![None; nodes.len()];
-    let mut removed = vec![false; nodes.len()];
+    let mut edits: Vec<NodeEdit> = nodes.iter().map(|_| NodeEdit::Keep).collect();
     let (mut roots, mut fused_nodes) = (Vec::new(), 0);
     for root in 0..nodes.len() {
         if nodes[root].step.is_none() || joins[root].is_some() {
@@ -135,10 +115,10 @@ pub fn fuse_elementwise(graph: &[u8], device_type: &str, preserve: &dyn Fn(&[u8]
             continue;
         }
         let Ok(program) = Program::new(group.steps, group.inputs.len()) else { continue };
-        replacement[root] = Some(fused_node(&nodes, root, &group.members, &group.inputs, &program));
         for &member in &group.members {
-            removed[member] = member != root;
+            edits[member] = NodeEdit::Remove;
         }
+        edits[root] = NodeEdit::Replace(fused_node(&nodes, root, &group.members, &group.inputs, &program));
         roots.push(String::from_utf8_lossy(nodes[root].name).into_owned());
         fused_nodes += group.members.len();
     }
@@ -146,28 +126,8 @@ pub fn fuse_elementwise(graph: &[u8], device_type: &str, preserve: &dyn Fn(&[u8]
         return Ok(unchanged());
     }
 
-    // Copy the graph field by field, nodes replaced or dropped.
-    let mut out = Vec::with_capacity(graph.len());
-    let mut node_index = 0;
-    let mut fields = wire::fields(graph);
-    loop {
-        let start = fields.offset();
-        let Some(field) = fields.next() else { break };
-        let field = field?;
-        let end = fields.offset();
-        if field.number != GRAPH_NODE {
-            out.extend_from_slice(&graph[start..end]);
-            continue;
-        }
-        let index = node_index;
-        node_index += 1;
-        match (&replacement[index], removed[index]) {
-            (Some(node), _) => wire::put_bytes_field(GRAPH_NODE, node, &mut out),
-            (None, true) => {}
-            (None, false) => out.extend_from_slice(&graph[start..end]),
-        }
-    }
-    Ok(Fusion { graph: out, roots, fused_nodes })
+    let graph = edit_nodes(graph, &edits)?;
+    Ok(Fusion { graph, roots, fused_nodes })
 }
 
 /// The nodes of `graph`, in order, with the steps they may become.
@@ -176,46 +136,32 @@ fn read_nodes<'g>(graph: &'g [u8], device_type: &str) -> Result<Vec<Node<'g>>, G
 }
 
 fn read_node<'g>(node: &'g [u8], device_type: &str) -> Result<Node<'g>, GraphError> {
-    let (mut name, mut op, mut device, mut inputs) = (&[][..], &[][..], &[][..], Vec::new());
+    let fields = NodeFields::read(node)?;
     // Whether `T` is float32, and whether an attribute the fused kernel
     // would not honour is set.
     let (mut float, mut other_attr) = (false, false);
-    for field in wire::fields(node) {
-        let field = field?;
-        match field.number {
-            NODE_NAME => name = wire::bytes(node, &field, "NodeDef.name is not a string")?.0,
-            NODE_OP => op = wire::bytes(node, &field, "NodeDef.op is not a string")?.0,
-            NODE_INPUT => inputs.push(wire::bytes(node, &field, "NodeDef.input is not a string")?.0),
-            NODE_DEVICE => device = wire::bytes(node, &field, "NodeDef.device is not a string")?.0,
-            NODE_ATTR => {
-                let (entry, entry_at) = wire::bytes(node, &field, "NodeDef.attr is not a map entry")?;
-                let (key, value) = attr_entry(entry).map_err(|e| e.at(entry_at))?;
-                let (value, value_at) = value.unwrap_or((&[], 0));
-                let last = attr_value(value).map_err(|e| e.at(entry_at + value_at))?;
-                match key {
-                    b"T" => float = matches!(last, Some(wire::Field { number: ATTR_VALUE_TYPE, value: Value::Varint { value: DT_FLOAT, .. } })),
-                    // `BiasAdd` in its default layout is an add along the
-                    // last dimension; NCHW is not.
-                    b"data_format" => {
-                        let nhwc = matches!(&last, Some(wire::Field { number: ATTR_VALUE_S, value: Value::Bytes(r) }) if &value[r.clone()] == b"NHWC");
-                        other_attr |= !nhwc;
-                    }
-                    _ => other_attr |= !key.starts_with(b"_"),
-                }
+    for &(key, value, value_at) in &fields.attrs {
+        let last = attr_value(value).map_err(|e| e.at(value_at))?;
+        match key {
+            b"T" => float = matches!(last, Some(wire::Field { number: ATTR_VALUE_TYPE, value: Value::Varint { value: DT_FLOAT, .. } })),
+            // `BiasAdd` in its default layout is an add along the last
+            // dimension; NCHW is not.
+            b"data_format" => {
+                let nhwc = matches!(&last, Some(wire::Field { number: ATTR_VALUE_S, value: Value::Bytes(r) }) if &value[r.clone()] == b"NHWC");
+                other_attr |= !nhwc;
             }
-            _ => {}
+            _ => other_attr |= !key.starts_with(b"_"),
         }
     }
-    let step = std::str::from_utf8(op).ok().and_then(fused::step_for_op).filter(|step| {
+    let step = std::str::from_utf8(fields.op).ok().and_then(fused::step_for_op).filter(|step| {
         let arity = match step {
             Step::Unary(_) => 1,
             Step::Binary(_) | Step::BiasAdd => 2,
             Step::Input(_) => return false,
         };
-        let data_inputs = inputs.iter().filter(|i| !i.starts_with(b"^")).count();
-        float && !other_attr && data_inputs == arity && placed_on(device, device_type)
+        float && !other_attr && fields.data_inputs().count() == arity && placed_on(fields.device, device_type)
     });
-    Ok(Node { name, device, inputs, step })
+    Ok(Node { fields, step })
 }
 
 /// One tree being collected, in postfix order.
@@ -236,7 +182,7 @@ impl<'g> Group<'g> {
         }
         self.members.push(index);
         for input in nodes[index].data_inputs() {
-            let (name, _) = source(input);
+            let (name, _) = input_source(input);
             match by_name.get(name) {
                 Some(&producer) if joins[producer] == Some(index) => {
                     if !self.collect(nodes, by_name, joins, producer, depth + 1) {
@@ -262,7 +208,7 @@ impl<'g> Group<'g> {
 
 /// Whether two data inputs name the same tensor (`x` is `x:0`).
 fn same_tensor(a: &[u8], b: &[u8]) -> bool {
-    source(a) == source(b)
+    input_source(a) == input_source(b)
 }
 
 /// The NodeDef of a group's fused node: the root's name and device, the
@@ -292,10 +238,7 @@ fn fused_node(nodes: &[Node<'_>], root: usize, members: &[usize], inputs: &[&[u8
             AttrPayload::Varint(v) => wire::put_varint_field(number, v, &mut attr_value),
             AttrPayload::Bytes(b) => wire::put_bytes_field(number, b, &mut attr_value),
         }
-        let mut entry = Vec::new();
-        wire::put_bytes_field(MAP_KEY, key.as_bytes(), &mut entry);
-        wire::put_bytes_field(MAP_VALUE, &attr_value, &mut entry);
-        wire::put_bytes_field(NODE_ATTR, &entry, &mut node);
+        put_attr(key.as_bytes(), &attr_value, &mut node);
     };
     attr("N", ATTR_VALUE_I, AttrPayload::Varint(inputs.len() as u64));
     attr("T", ATTR_VALUE_TYPE, AttrPayload::Varint(DT_FLOAT));

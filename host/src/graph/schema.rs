@@ -61,3 +61,105 @@ pub fn attr_value(value: &[u8]) -> Result<Option<wire::Field>, GraphError> {
     }
     Ok(last)
 }
+
+/// `AttrValue.list` (a ListValue) and `ListValue.i` (packed int64s).
+pub const ATTR_VALUE_LIST: u32 = 1;
+pub const LIST_VALUE_I: u32 = 3;
+
+/// The fields of one NodeDef the passes read, borrowed from its bytes.
+pub struct NodeFields<'g> {
+    pub name: &'g [u8],
+    pub op: &'g [u8],
+    pub device: &'g [u8],
+    /// Data inputs, then control inputs (`^name`), as written.
+    pub inputs: Vec<&'g [u8]>,
+    /// Each attribute's key and AttrValue bytes, with the AttrValue's
+    /// offset in the NodeDef (for errors).
+    pub attrs: Vec<(&'g [u8], &'g [u8], usize)>,
+}
+
+impl<'g> NodeFields<'g> {
+    pub fn read(node: &'g [u8]) -> Result<Self, GraphError> {
+        let mut fields = NodeFields { name: &[], op: &[], device: &[], inputs: Vec::new(), attrs: Vec::new() };
+        for field in wire::fields(node) {
+            let field = field?;
+            match field.number {
+                // A repeated scalar field: the last one counts.
+                NODE_NAME => fields.name = wire::bytes(node, &field, "NodeDef.name is not a string")?.0,
+                NODE_OP => fields.op = wire::bytes(node, &field, "NodeDef.op is not a string")?.0,
+                NODE_INPUT => fields.inputs.push(wire::bytes(node, &field, "NodeDef.input is not a string")?.0),
+                NODE_DEVICE => fields.device = wire::bytes(node, &field, "NodeDef.device is not a string")?.0,
+                NODE_ATTR => {
+                    let (entry, entry_at) = wire::bytes(node, &field, "NodeDef.attr is not a map entry")?;
+                    let (key, value) = attr_entry(entry).map_err(|e| e.at(entry_at))?;
+                    let (value, value_at) = value.unwrap_or((&[], 0));
+                    fields.attrs.push((key, value, entry_at + value_at));
+                }
+                _ => {}
+            }
+        }
+        Ok(fields)
+    }
+
+    pub fn data_inputs(&self) -> impl Iterator<Item = &'g [u8]> + '_ {
+        self.inputs.iter().copied().filter(|i| !i.starts_with(b"^"))
+    }
+
+    pub fn control_inputs(&self) -> impl Iterator<Item = &'g [u8]> + '_ {
+        self.inputs.iter().copied().filter(|i| i.starts_with(b"^"))
+    }
+}
+
+/// The node an input names and the output it reads (`None` for a control
+/// input): `x` is output 0 of `x`, `x:2` output 2.
+pub fn input_source(input: &[u8]) -> (&[u8], Option<&[u8]>) {
+    if let Some(name) = input.strip_prefix(b"^") {
+        return (name, None);
+    }
+    match input.iter().rposition(|&b| b == b':') {
+        Some(colon) if colon + 1 < input.len() && input[colon + 1..].iter().all(u8::is_ascii_digit) => {
+            (&input[..colon], Some(&input[colon + 1..]))
+        }
+        _ => (input, Some(b"0")),
+    }
+}
+
+/// Appends one `NodeDef.attr` map entry, `key: value` (AttrValue bytes).
+pub fn put_attr(key: &[u8], attr_value: &[u8], node: &mut Vec<u8>) {
+    let mut entry = Vec::new();
+    wire::put_bytes_field(MAP_KEY, key, &mut entry);
+    wire::put_bytes_field(MAP_VALUE, attr_value, &mut entry);
+    wire::put_bytes_field(NODE_ATTR, &entry, node);
+}
+
+/// How [`edit_nodes`] treats the node at one index.
+pub enum NodeEdit {
+    Keep,
+    Replace(Vec<u8>),
+    Remove,
+}
+
+/// `graph` with each node edited as `edits` says (by position among the
+/// nodes); every other field is copied byte for byte.
+pub fn edit_nodes(graph: &[u8], edits: &[NodeEdit]) -> Result<Vec<u8>, GraphError> {
+    let mut out = Vec::with_capacity(graph.len());
+    let mut node_index = 0;
+    let mut fields = wire::fields(graph);
+    loop {
+        let start = fields.offset();
+        let Some(field) = fields.next() else { break };
+        let field = field?;
+        let end = fields.offset();
+        if field.number != GRAPH_NODE {
+            out.extend_from_slice(&graph[start..end]);
+            continue;
+        }
+        match edits.get(node_index) {
+            Some(NodeEdit::Replace(node)) => wire::put_bytes_field(GRAPH_NODE, node, &mut out),
+            Some(NodeEdit::Remove) => {}
+            Some(NodeEdit::Keep) | None => out.extend_from_slice(&graph[start..end]),
+        }
+        node_index += 1;
+    }
+    Ok(out)
+}

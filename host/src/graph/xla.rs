@@ -19,7 +19,7 @@
 //! varint `01` and `b: false` the varint `00` of the same length, so the
 //! patch changes no length prefix.
 
-use super::schema::{attr_entry, attr_value, node_defs, ATTR_VALUE_B, NODE_ATTR, NODE_DEVICE, NODE_NAME};
+use super::schema::{attr_value, node_defs, NodeFields, ATTR_VALUE_B};
 use super::wire::{self, Value};
 use super::GraphError;
 
@@ -70,29 +70,17 @@ struct NodeFlags {
 /// The `_XlaMustCompile: true` varints of one NodeDef, if it is placed on
 /// `device_type` (none otherwise).
 fn must_compile_flags(node: &[u8], device_type: &str) -> Result<NodeFlags, GraphError> {
-    let (mut name, mut device, mut attrs) = (&[][..], &[][..], Vec::new());
-    for field in wire::fields(node) {
-        let field = field?;
-        match field.number {
-            // A repeated scalar field: the last one counts.
-            NODE_NAME => name = wire::bytes(node, &field, "NodeDef.name is not a string")?.0,
-            NODE_DEVICE => device = wire::bytes(node, &field, "NodeDef.device is not a string")?.0,
-            NODE_ATTR => attrs.push(wire::bytes(node, &field, "NodeDef.attr is not a map entry")?),
-            _ => {}
-        }
-    }
-    let name = String::from_utf8_lossy(name).into_owned();
+    let fields = NodeFields::read(node)?;
+    let name = String::from_utf8_lossy(fields.name).into_owned();
     let mut flags = Vec::new();
-    if !placed_on(device, device_type) {
+    if !placed_on(fields.device, device_type) {
         return Ok(NodeFlags { name, flags });
     }
-    for (entry, entry_at) in attrs {
-        let (key, value) = attr_entry(entry).map_err(|e| e.at(entry_at))?;
-        let Some((value, value_at)) = value.filter(|_| key == XLA_MUST_COMPILE) else { continue };
-        let last = attr_value(value).map_err(|e| e.at(entry_at + value_at))?;
+    for &(_, value, value_at) in fields.attrs.iter().filter(|(key, ..)| *key == XLA_MUST_COMPILE) {
+        let last = attr_value(value).map_err(|e| e.at(value_at))?;
         if let Some(wire::Field { number: ATTR_VALUE_B, value: Value::Varint { value: b, range } }) = last {
             if b != 0 {
-                flags.push(range.start + entry_at + value_at..range.end + entry_at + value_at);
+                flags.push(range.start + value_at..range.end + value_at);
             }
         }
     }
@@ -121,7 +109,7 @@ pub fn placed_on(device: &[u8], device_type: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::schema::{GRAPH_NODE, MAP_KEY, MAP_VALUE};
+    use crate::graph::schema::{GRAPH_NODE, MAP_KEY, MAP_VALUE, NODE_ATTR, NODE_DEVICE, NODE_NAME};
 
     // Builders of the graphs TensorFlow sends, on the wire module's writer.
     fn len_field(number: u32, payload: &[u8]) -> Vec<u8> {
