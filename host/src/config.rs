@@ -93,7 +93,20 @@ pub fn guest_override() -> Option<PathBuf> {
 /// on; `0`, `false` or `off` turn it off).
 pub fn fusion_enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| !matches!(std::env::var("TFWASM_FUSE").as_deref(), Ok("0" | "false" | "off")))
+    *ENABLED.get_or_init(|| switch_on("TFWASM_FUSE"))
+}
+
+/// Whether the graph pass lets tensors cross between the CPU device and
+/// ours in host memory (`TFWASM_HOST_EDGES`, default on; `0`, `false` or
+/// `off` turn it off).
+pub fn host_edges_enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| switch_on("TFWASM_HOST_EDGES"))
+}
+
+/// A default-on switch: off when `var` is `0`, `false` or `off`.
+fn switch_on(var: &str) -> bool {
+    !matches!(std::env::var(var).as_deref(), Ok("0" | "false" | "off"))
 }
 
 /// Installs the log subscriber once (stderr, level from `TFWASM_LOG`).

@@ -129,17 +129,19 @@ unsafe extern "C" fn optimize(
         // SAFETY: TensorFlow passes its serialized graph, valid for this call.
         let input = unsafe { graph_bytes(graph) }?;
         // Fusion needs our op registered and TensorFlow's list of nodes to
-        // keep; without either the pass only does its XLA rewrite.
-        let preserved = match crate::config::fusion_enabled() && super::kernels::fused_op_registered() {
+        // keep; without either the pass does not fuse.
+        let fuse = crate::config::fusion_enabled() && super::kernels::fused_op_registered();
+        let host_edges = crate::config::host_edges_enabled();
+        let preserved = match fuse || host_edges {
             // SAFETY: TensorFlow passes the item of this call (or null).
             true => unsafe { nodes_to_preserve(item) }
-                .map_err(|error| tracing::debug!("tfwasm: no elementwise fusion in this graph: {error}"))
+                .map_err(|error| tracing::debug!("tfwasm: no list of nodes to preserve for this graph: {error}"))
                 .ok(),
             false => None,
         };
         let preserve = |name: &[u8]| preserved.as_ref().is_some_and(|set| set.contains(name));
-        let fuse: Option<crate::graph::Preserve<'_>> = preserved.is_some().then_some(&preserve);
-        let output = crate::graph::optimize(input, device_type, fuse)?;
+        let rewrites = crate::graph::Rewrites { preserve: preserved.is_some().then_some(&preserve), fuse, host_edges };
+        let output = crate::graph::optimize(input, device_type, &rewrites)?;
         // SAFETY: as above, for the output buffer.
         unsafe { set_buffer(optimized, output) }
     });
@@ -156,7 +158,9 @@ fn preserve_fns() -> Option<(TF_GetNodesToPreserveListSizeFn, TF_GetNodesToPrese
             let size = libc::dlsym(libc::RTLD_DEFAULT, c"TF_GetNodesToPreserveListSize".as_ptr());
             let list = libc::dlsym(libc::RTLD_DEFAULT, c"TF_GetNodesToPreserveList".as_ptr());
             if size.is_null() || list.is_null() {
-                tracing::warn!("tfwasm: TensorFlow exports no TF_GetNodesToPreserveList; the graph pass fuses nothing");
+                tracing::warn!(
+                    "tfwasm: TensorFlow exports no TF_GetNodesToPreserveList; the graph pass fuses nothing and leaves outputs in device memory"
+                );
                 return None;
             }
             Some((

@@ -672,6 +672,22 @@ impl OpContext for Context<'_> {
     fn forward_input(&self, input: usize, output: usize) -> Result<(), Error> {
         let c_output = self.check_output_index(output)?;
         let handle = self.input_handle(input)?;
+        // An input in host memory (an argument registered as such, or one
+        // the graph pass put there, see `graph::host_edges`) is copied, not
+        // forwarded: an output in device memory must stay inside a device
+        // region, where TensorFlow's copies back to the host look for it.
+        // SAFETY: the handle is live.
+        let (data, bytes) = unsafe { (TF_TensorData(handle.0.as_ptr()), TF_TensorByteSize(handle.0.as_ptr())) };
+        if bytes > 0 && !super::stream_executor::in_device_memory(data.cast(), bytes as u64) {
+            let source = self.wrap(handle, Slot::Input(input), false)?;
+            let mut copy = self.allocate_output(output, source.shape())?;
+            let target = copy.bytes_mut()?;
+            if target.len() != source.bytes().len() {
+                return Err(Error::Internal(format!("{}: output {output} is not the type of input {input}", self.op)));
+            }
+            target.copy_from_slice(source.bytes());
+            return Ok(());
+        }
         self.status.clear();
         // SAFETY: `raw` is live, the output index is in range, the handle is
         // live (TensorFlow copies the tensor reference), `status` is live.

@@ -334,6 +334,13 @@ fn device_range(mem: *const SP_DeviceMemoryBase, size: u64, what: &str) -> Resul
     Ok(SendPtr(opaque))
 }
 
+/// Whether `len` bytes at `ptr` lie inside one of our devices' regions
+/// (device memory); false for host memory, such as an input TensorFlow
+/// keeps in host memory for a kernel.
+pub(super) fn in_device_memory(ptr: *const u8, len: u64) -> bool {
+    plugin().is_ok_and(|plugin| plugin.platform.owns(ptr, len))
+}
+
 fn host_range(ptr: *const c_void, size: u64, what: &str) -> Result<SendPtr, Error> {
     if ptr.is_null() && size > 0 {
         return Err(Error::InvalidArgument(format!("{what}: null host pointer")));

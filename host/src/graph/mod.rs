@@ -2,10 +2,12 @@
 //! device type (registered through `TF_InitGraph`, see `abi/graph.rs`).
 //!
 //! The pass works on the serialized GraphDef TensorFlow hands over and
-//! returns a serialized GraphDef. It makes two rewrites: [`xla`], calls of
-//! `jit_compile=True` functions placed on our device run without XLA, which
-//! has no backend for a PluggableDevice; and [`fuse`], trees of elementwise
-//! ops on our device become one node each. Input is untrusted: anything
+//! returns a serialized GraphDef. It makes three rewrites: [`xla`], calls
+//! of `jit_compile=True` functions placed on our device run without XLA,
+//! which has no backend for a PluggableDevice; [`fuse`], trees of
+//! elementwise ops on our device become one node each; and [`host_edges`],
+//! tensors crossing between the CPU device and ours do so in host memory.
+//! Input is untrusted: anything
 //! that is not valid wire format is a [`GraphError`], never a panic, and
 //! TensorFlow then keeps its original graph.
 //!
@@ -13,8 +15,10 @@
 //! - [`schema`]: the field numbers of the messages the passes touch.
 //! - [`xla`]: the `_XlaMustCompile` rewrite.
 //! - [`fuse`]: the elementwise fusion.
+//! - [`host_edges`]: the host-memory marks on cross-device edges.
 
 pub mod fuse;
+pub mod host_edges;
 pub mod schema;
 pub mod wire;
 pub mod xla;
@@ -47,12 +51,21 @@ impl From<GraphError> for crate::Error {
 /// Which node names TensorFlow needs kept in a graph (feeds, fetches).
 pub type Preserve<'a> = &'a dyn Fn(&[u8]) -> bool;
 
+/// Which rewrites besides the XLA one [`optimize`] makes.
+pub struct Rewrites<'a> {
+    /// The nodes TensorFlow needs kept (feeds, fetches), if it said.
+    pub preserve: Option<Preserve<'a>>,
+    /// Fuse elementwise trees (needs `preserve`).
+    pub fuse: bool,
+    /// Mark cross-device edges to cross in host memory (outputs only when
+    /// `preserve` is known).
+    pub host_edges: bool,
+}
+
 /// Runs the pass on `graph` for nodes placed on `device_type`; returns the
-/// GraphDef TensorFlow continues with. Fusion runs when `fuse` says which
-/// nodes to preserve (`None`: fusion is off, or its op is not registered).
-/// The first time the XLA rewrite makes a change the user is told, once
-/// per process.
-pub fn optimize(graph: &[u8], device_type: &str, fuse: Option<Preserve<'_>>) -> Result<Vec<u8>, GraphError> {
+/// GraphDef TensorFlow continues with. The first time the XLA rewrite
+/// makes a change the user is told, once per process.
+pub fn optimize(graph: &[u8], device_type: &str, rewrites: &Rewrites<'_>) -> Result<Vec<u8>, GraphError> {
     static WARNED: AtomicBool = AtomicBool::new(false);
     let cleared = xla::clear_must_compile(graph, device_type)?;
     if !cleared.nodes.is_empty() && !WARNED.swap(true, Ordering::Relaxed) {
@@ -69,15 +82,31 @@ pub fn optimize(graph: &[u8], device_type: &str, fuse: Option<Preserve<'_>>) -> 
             cleared.nodes.len()
         );
     }
-    let Some(preserve) = fuse else { return Ok(cleared.graph) };
-    let fusion = fuse::fuse_elementwise(&cleared.graph, device_type, preserve)?;
-    if !fusion.roots.is_empty() {
-        tracing::debug!(
-            "tfwasm: fused {} elementwise nodes into {} on {device_type} (first: {})",
-            fusion.fused_nodes,
-            fusion.roots.len(),
-            fusion.roots[0]
-        );
+    let mut graph = cleared.graph;
+    if let (true, Some(preserve)) = (rewrites.fuse, rewrites.preserve) {
+        let fusion = fuse::fuse_elementwise(&graph, device_type, preserve)?;
+        if !fusion.roots.is_empty() {
+            tracing::debug!(
+                "tfwasm: fused {} elementwise nodes into {} on {device_type} (first: {})",
+                fusion.fused_nodes,
+                fusion.roots.len(),
+                fusion.roots[0]
+            );
+        }
+        graph = fusion.graph;
     }
-    Ok(fusion.graph)
+    if rewrites.host_edges {
+        // Without TensorFlow's list, any output may be a fetch: mark inputs only.
+        let preserve = rewrites.preserve.unwrap_or(&|_| true);
+        let edges = host_edges::mark_host_edges(&graph, device_type, preserve, &crate::kernels::is_registered)?;
+        if edges.inputs + edges.outputs > 0 {
+            tracing::debug!(
+                "tfwasm: {} inputs and {} outputs on {device_type} cross from and to the CPU in host memory",
+                edges.inputs,
+                edges.outputs
+            );
+        }
+        graph = edges.graph;
+    }
+    Ok(graph)
 }

@@ -177,6 +177,15 @@ pub fn registry() -> Vec<KernelDef> {
     .concat()
 }
 
+/// Whether tfwasm registers a kernel for the op named `op`. Our kernels
+/// read inputs and write outputs through plain pointers wherever
+/// TensorFlow keeps them, host or device memory, so the graph pass may
+/// move any of their arguments to host memory (`graph::host_edges`).
+pub fn is_registered(op: &[u8]) -> bool {
+    static OPS: std::sync::OnceLock<std::collections::HashSet<&'static str>> = std::sync::OnceLock::new();
+    std::str::from_utf8(op).is_ok_and(|op| OPS.get_or_init(|| registry().iter().map(|def| def.op).collect()).contains(op))
+}
+
 /// Checks the number of inputs TensorFlow passed.
 pub fn expect_inputs(op: &str, ctx: &dyn OpContext, count: usize) -> Result<(), Error> {
     let inputs = ctx.num_inputs();

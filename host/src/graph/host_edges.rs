@@ -1,0 +1,359 @@
+//! Let tensors cross between the CPU device and ours in host memory.
+//!
+//! A data edge from a node on the CPU device to one of our kernels crosses
+//! devices, so TensorFlow partitions it into a `_Send`/`_Recv` pair. When
+//! the receiving side wants device memory, the `_Recv` allocates a device
+//! buffer, queues a host-to-device copy on the device's stream and
+//! completes through a stream event that TensorFlow's event-manager thread
+//! polls, then hands the completion to another thread. On two cores those
+//! hand-offs cost ~0.1 ms per edge and call, and every Keras train step has
+//! at least two such edges (the batch's features and labels come from the
+//! CPU iterator). When the receiving side wants host memory instead,
+//! TensorFlow passes the sender's tensor by reference, on the calling
+//! thread: no copy, no event, no hand-off. The same holds the other way,
+//! for a device tensor produced in host memory and read only on the CPU.
+//!
+//! Our device's memory is host memory (the region is an anonymous mapping
+//! in this process) and our kernels read and write through plain pointers,
+//! so any argument of theirs may live in host memory. The pass tells
+//! TensorFlow so with its per-node attributes `_input_hostmem` (input
+//! indices TensorFlow keeps in host memory) and `_output_hostmem` (output
+//! indices allocated there), which TensorFlow's memory-type lookup honours
+//! for every node:
+//!
+//! - an input of one of our kernels that comes from a node on a CPU device
+//!   is marked;
+//! - an output of one of our kernels whose every reader is on a CPU device
+//!   is marked, unless TensorFlow asks to preserve the node (a fetch may
+//!   be read in device memory).
+//!
+//! Edges between two nodes on our device are never touched: a host tensor
+//! feeding a device-memory input there would make TensorFlow insert a copy.
+//! Only nodes of ops tfwasm registers are marked; TensorFlow's own kernels
+//! on our device (`Identity`, variable ops) may pass an input on as a
+//! device tensor. (Ours never do: `abi::kernels` copies a host input that
+//! a kernel asks to forward.) Existing marks on nodes of our device are
+//! replaced, so running the pass again, after fusion changed a node's
+//! inputs, leaves no stale index.
+
+use std::collections::HashMap;
+
+use super::schema::*;
+use super::wire;
+use super::xla::placed_on;
+use super::{GraphError, Preserve};
+
+/// TensorFlow's attribute: input indices of a node kept in host memory.
+pub const INPUT_HOSTMEM: &[u8] = b"_input_hostmem";
+/// TensorFlow's attribute: output indices of a node allocated in host memory.
+pub const OUTPUT_HOSTMEM: &[u8] = b"_output_hostmem";
+
+/// The outcome of [`mark_host_edges`].
+#[derive(Debug)]
+pub struct HostEdges {
+    /// The rewritten graph (the input, unchanged, when nothing changed).
+    pub graph: Vec<u8>,
+    /// Inputs marked, over all nodes.
+    pub inputs: usize,
+    /// Outputs marked, over all nodes.
+    pub outputs: usize,
+}
+
+/// Marks the edges between CPU devices and devices of type `device_type`
+/// in `graph` (a serialized GraphDef) to cross in host memory, for nodes
+/// whose op `ours` says tfwasm implements. `preserve` names the nodes
+/// TensorFlow needs kept as they are.
+///
+/// Errors when the GraphDef or a NodeDef is not valid wire format. A graph
+/// with two nodes of one name is returned unchanged.
+pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, ours: &dyn Fn(&[u8]) -> bool) -> Result<HostEdges, GraphError> {
+    let unchanged = || HostEdges { graph: graph.to_vec(), inputs: 0, outputs: 0 };
+    let nodes = node_defs(graph)
+        .map(|node| node.and_then(|(node, at)| NodeFields::read(node).map_err(|e| e.at(at))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut by_name = HashMap::with_capacity(nodes.len());
+    for (index, node) in nodes.iter().enumerate() {
+        if by_name.insert(node.name, index).is_some() {
+            return Ok(unchanged());
+        }
+    }
+    let on_cpu: Vec<bool> = nodes.iter().map(|n| placed_on(n.device, "CPU")).collect();
+    let markable: Vec<bool> = nodes.iter().map(|n| placed_on(n.device, device_type) && ours(n.op)).collect();
+
+    let mut input_marks: Vec<Vec<u64>> = vec![Vec::new(); nodes.len()];
+    // Per producer and output port: whether every reader so far is on a CPU.
+    let mut readers_on_cpu: Vec<HashMap<u64, bool>> = vec![HashMap::new(); nodes.len()];
+    for (consumer, node) in nodes.iter().enumerate() {
+        for (index, input) in node.data_inputs().enumerate() {
+            let (name, port) = input_source(input);
+            let (Some(&producer), Some(port)) = (by_name.get(name), port.and_then(parse_port)) else { continue };
+            if markable[consumer] && on_cpu[producer] {
+                input_marks[consumer].push(index as u64);
+            }
+            *readers_on_cpu[producer].entry(port).or_insert(true) &= on_cpu[consumer];
+        }
+    }
+    let output_marks: Vec<Vec<u64>> = readers_on_cpu
+        .into_iter()
+        .enumerate()
+        .map(|(producer, ports)| {
+            if !markable[producer] || preserve(nodes[producer].name) {
+                return Vec::new();
+            }
+            let mut marked: Vec<u64> = ports.into_iter().filter_map(|(port, all_cpu)| all_cpu.then_some(port)).collect();
+            marked.sort_unstable();
+            marked
+        })
+        .collect();
+
+    let (mut inputs, mut outputs, mut changed) = (0, 0, false);
+    let mut edits = Vec::with_capacity(nodes.len());
+    for (index, (node, bytes)) in nodes.iter().zip(node_defs(graph)).enumerate() {
+        let stale = placed_on(node.device, device_type) && node.attrs.iter().any(|(key, ..)| is_mark(key));
+        let (ins, outs) = (&input_marks[index], &output_marks[index]);
+        if !stale && ins.is_empty() && outs.is_empty() {
+            edits.push(NodeEdit::Keep);
+            continue;
+        }
+        inputs += ins.len();
+        outputs += outs.len();
+        changed = true;
+        edits.push(NodeEdit::Replace(marked_node(bytes?.0, ins, outs)?));
+    }
+    if !changed {
+        return Ok(unchanged());
+    }
+    Ok(HostEdges { graph: edit_nodes(graph, &edits)?, inputs, outputs })
+}
+
+fn is_mark(key: &[u8]) -> bool {
+    key == INPUT_HOSTMEM || key == OUTPUT_HOSTMEM
+}
+
+/// An output index, as written after the `:` of an input name.
+fn parse_port(port: &[u8]) -> Option<u64> {
+    std::str::from_utf8(port).ok()?.parse().ok()
+}
+
+/// `node` without its old marks, with the new ones.
+fn marked_node(node: &[u8], inputs: &[u64], outputs: &[u64]) -> Result<Vec<u8>, GraphError> {
+    let mut out = Vec::with_capacity(node.len() + 48);
+    let mut fields = wire::fields(node);
+    loop {
+        let start = fields.offset();
+        let Some(field) = fields.next() else { break };
+        let field = field?;
+        let end = fields.offset();
+        if field.number == NODE_ATTR {
+            let (entry, entry_at) = wire::bytes(node, &field, "NodeDef.attr is not a map entry")?;
+            if is_mark(attr_entry(entry).map_err(|e| e.at(entry_at))?.0) {
+                continue;
+            }
+        }
+        out.extend_from_slice(&node[start..end]);
+    }
+    for (key, indices) in [(INPUT_HOSTMEM, inputs), (OUTPUT_HOSTMEM, outputs)] {
+        if !indices.is_empty() {
+            put_attr(key, &int_list(indices), &mut out);
+        }
+    }
+    Ok(out)
+}
+
+/// An AttrValue holding `list { i: [...] }` (packed).
+fn int_list(values: &[u64]) -> Vec<u8> {
+    let mut packed = Vec::new();
+    for &value in values {
+        wire::put_varint(value, &mut packed);
+    }
+    let (mut list, mut attr_value) = (Vec::new(), Vec::new());
+    wire::put_bytes_field(LIST_VALUE_I, &packed, &mut list);
+    wire::put_bytes_field(ATTR_VALUE_LIST, &list, &mut attr_value);
+    attr_value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WASM0: &str = "/job:localhost/replica:0/task:0/device:WASM:0";
+    const CPU0: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
+
+    fn node(name: &str, op: &str, inputs: &[&str], device: &str) -> Vec<u8> {
+        let mut n = Vec::new();
+        wire::put_bytes_field(NODE_NAME, name.as_bytes(), &mut n);
+        wire::put_bytes_field(NODE_OP, op.as_bytes(), &mut n);
+        for input in inputs {
+            wire::put_bytes_field(NODE_INPUT, input.as_bytes(), &mut n);
+        }
+        wire::put_bytes_field(NODE_DEVICE, device.as_bytes(), &mut n);
+        let mut float = Vec::new();
+        wire::put_varint_field(ATTR_VALUE_TYPE, DT_FLOAT, &mut float);
+        put_attr(b"T", &float, &mut n);
+        n
+    }
+
+    fn with_attr(mut node: Vec<u8>, key: &[u8], indices: &[u64]) -> Vec<u8> {
+        put_attr(key, &int_list(indices), &mut node);
+        node
+    }
+
+    fn graph(nodes: &[Vec<u8>]) -> Vec<u8> {
+        let mut g = Vec::new();
+        for n in nodes {
+            wire::put_bytes_field(GRAPH_NODE, n, &mut g);
+        }
+        // A field the pass does not model comes through as is.
+        wire::put_bytes_field(4, &[0x08, 0x7f], &mut g);
+        g
+    }
+
+    fn ours(op: &[u8]) -> bool {
+        matches!(op, b"MatMul" | b"AddV2" | b"Sum" | b"SparseSoftmaxCrossEntropyWithLogits")
+    }
+
+    fn keep_nothing(_: &[u8]) -> bool {
+        false
+    }
+
+    /// Each node's name with its marks, decoded.
+    fn marks(graph: &[u8]) -> Vec<(String, Vec<u64>, Vec<u64>)> {
+        node_defs(graph)
+            .map(|node| {
+                let fields = NodeFields::read(node.unwrap().0).unwrap();
+                let list = |key: &[u8]| -> Vec<u64> {
+                    let mut found = Vec::new();
+                    for &(k, value, _) in &fields.attrs {
+                        if k != key {
+                            continue;
+                        }
+                        found.clear();
+                        let list = attr_value(value).unwrap().unwrap();
+                        let (list, _) = wire::bytes(value, &list, "").unwrap();
+                        for f in wire::fields(list) {
+                            let f = f.unwrap();
+                            let (packed, _) = wire::bytes(list, &f, "").unwrap();
+                            let mut at = 0;
+                            while at < packed.len() {
+                                let (mut v, mut shift) = (0u64, 0);
+                                loop {
+                                    let b = packed[at];
+                                    at += 1;
+                                    v |= u64::from(b & 0x7f) << shift;
+                                    shift += 7;
+                                    if b & 0x80 == 0 {
+                                        break;
+                                    }
+                                }
+                                found.push(v);
+                            }
+                        }
+                    }
+                    found
+                };
+                (String::from_utf8(fields.name.to_vec()).unwrap(), list(INPUT_HOSTMEM), list(OUTPUT_HOSTMEM))
+            })
+            .collect()
+    }
+
+    /// A Keras step in miniature: the batch from the CPU iterator feeds a
+    /// product and the loss; the loss goes back to a CPU node.
+    fn step() -> Vec<Vec<u8>> {
+        vec![
+            node("batch", "IteratorGetNext", &["iterator"], CPU0),
+            node("matmul", "MatMul", &["batch", "w"], WASM0),
+            node("loss", "SparseSoftmaxCrossEntropyWithLogits", &["matmul", "batch:1"], WASM0),
+            node("total", "Sum", &["loss", "axes"], WASM0),
+            node("print", "PrintV2", &["total"], CPU0),
+        ]
+    }
+
+    #[test]
+    fn cpu_edges_of_our_kernels_cross_in_host_memory() {
+        let input = graph(&step());
+        let edges = mark_host_edges(&input, "WASM", &keep_nothing, &ours).unwrap();
+        assert_eq!((edges.inputs, edges.outputs), (2, 1));
+        let marks = marks(&edges.graph);
+        let expect = |name: &str, ins: &[u64], outs: &[u64]| (name.to_owned(), ins.to_vec(), outs.to_vec());
+        assert_eq!(
+            marks,
+            [
+                expect("batch", &[], &[]),
+                expect("matmul", &[0], &[]),
+                // Input 1 (the labels) is from the CPU, input 0 is not.
+                expect("loss", &[1], &[]),
+                // Read only by a CPU node.
+                expect("total", &[], &[0]),
+                expect("print", &[], &[]),
+            ]
+        );
+        // Unmarked nodes and other fields are copied byte for byte.
+        let original = step();
+        assert!(edges.graph.windows(original[0].len()).any(|w| w == original[0].as_slice()));
+        assert!(edges.graph.ends_with(&[0x22, 2, 0x08, 0x7f]));
+        // A second run changes nothing more.
+        let again = mark_host_edges(&edges.graph, "WASM", &keep_nothing, &ours).unwrap();
+        assert_eq!(again.graph, edges.graph);
+    }
+
+    #[test]
+    fn what_stays_in_device_memory() {
+        let nodes = [
+            node("x", "Placeholder", &[], CPU0),
+            // TensorFlow's own kernel on our device: may forward its input.
+            node("id", "Identity", &["x"], WASM0),
+            // Read by a CPU node and one on our device.
+            node("sum", "AddV2", &["id", "id"], WASM0),
+            node("cpu_reader", "Neg", &["sum"], CPU0),
+            node("wasm_reader", "MatMul", &["sum", "sum"], WASM0),
+            // Fetched: TensorFlow preserves it.
+            node("fetched", "Sum", &["wasm_reader", "axes"], WASM0),
+            node("cpu_reader2", "Neg", &["fetched"], CPU0),
+            // Another device type, and an unplaced node.
+            node("other", "AddV2", &["x", "x"], "/job:localhost/replica:0/task:0/device:GPU:0"),
+            node("unplaced", "AddV2", &["x", "x"], ""),
+        ];
+        let input = graph(&nodes);
+        let edges = mark_host_edges(&input, "WASM", &|name| name == b"fetched", &ours).unwrap();
+        assert_eq!((edges.inputs, edges.outputs, edges.graph), (0, 0, input));
+    }
+
+    #[test]
+    fn outputs_are_marked_per_port_and_control_readers_do_not_count() {
+        let nodes = [
+            node("split", "Sum", &["x"], WASM0),
+            node("a", "Neg", &["split", "^split"], CPU0),
+            node("b", "Neg", &["split:1"], CPU0),
+            node("c", "AddV2", &["split:2", "split:2"], WASM0),
+        ];
+        let edges = mark_host_edges(&graph(&nodes), "WASM", &keep_nothing, &ours).unwrap();
+        assert_eq!(marks(&edges.graph)[0], ("split".to_owned(), vec![], vec![0, 1]));
+    }
+
+    #[test]
+    fn stale_marks_are_replaced() {
+        let nodes = [
+            node("x", "Placeholder", &[], CPU0),
+            // Marks left by an earlier run, before the inputs changed.
+            with_attr(with_attr(node("add", "AddV2", &["y", "x"], WASM0), INPUT_HOSTMEM, &[0]), OUTPUT_HOSTMEM, &[0]),
+            node("y", "MatMul", &["add", "add"], WASM0),
+            // On the CPU the attribute is not ours to touch.
+            with_attr(node("cpu", "Neg", &["x"], CPU0), INPUT_HOSTMEM, &[0]),
+        ];
+        let edges = mark_host_edges(&graph(&nodes), "WASM", &keep_nothing, &ours).unwrap();
+        let marks = marks(&edges.graph);
+        assert_eq!(marks[1], ("add".to_owned(), vec![1], vec![]));
+        assert_eq!(marks[3], ("cpu".to_owned(), vec![0], vec![]));
+    }
+
+    #[test]
+    fn malformed_and_ambiguous_graphs() {
+        let mut bad = graph(&step());
+        bad.truncate(bad.len() - 7);
+        assert!(mark_host_edges(&bad, "WASM", &keep_nothing, &ours).is_err());
+        let mut nodes = step();
+        nodes.push(node("matmul", "Neg", &["x"], CPU0));
+        let input = graph(&nodes);
+        assert_eq!(mark_host_edges(&input, "WASM", &keep_nothing, &ours).unwrap().graph, input);
+    }
+}

@@ -1,0 +1,111 @@
+"""Tensors cross between the CPU device and WASM in host memory.
+
+The graph pass marks the inputs of our kernels that come from CPU nodes
+(``_input_hostmem``), and the outputs only CPU nodes read
+(``_output_hostmem``). TensorFlow then partitions those edges into
+``_HostRecv``/``_HostSend`` nodes that pass the tensor by reference instead
+of copying it through the device's streams. Each case runs in a fresh
+interpreter with the pass on (the default) and off (``TFWASM_HOST_EDGES=0``):
+the results must be the same bits, agree with NumPy, and the partition
+graphs must show which way the edges went.
+"""
+
+from __future__ import annotations
+
+import json
+
+PROGRAM = """
+import json
+from tensorflow.python.eager import context
+
+# Odd shapes: empty, 1×1, primes, a row that broadcasts.
+SHAPES = [(0, 5), (1, 1), (13, 17), (1, 17)]
+
+@tf.function
+def step(x, y, begin):
+    # `x` and `y` come from the CPU; `x` feeds a product, an add and
+    # slices that take all of it, so their kernels forward the input: a
+    # host tensor, which must be copied into device memory instead. (The
+    # start is an argument, so grappler cannot drop the slices.)
+    with tf.device("/device:WASM:0"):
+        whole = tf.strided_slice(x, begin, tf.shape(x)) + tf.slice(x, begin, [-1, -1])
+        prod = tf.matmul(x, x, transpose_b=True)
+        total = tf.reduce_sum(x + y)
+    # Read only on the CPU: produced in host memory.
+    with tf.device("/device:CPU:0"):
+        shifted = total + 1.0
+    return whole, prod, shifted
+
+rng = np.random.default_rng(7)
+out = {}
+for i, shape in enumerate(SHAPES):
+    with tf.device("/device:CPU:0"):
+        x = tf.constant(rng.standard_normal(shape).astype(np.float32))
+        y = tf.constant(rng.standard_normal((1, shape[1])).astype(np.float32))
+        begin = tf.constant([0, 0])
+    context.context().enable_run_metadata()
+    whole, prod, shifted = [t.numpy() for t in step(x, y, begin)]
+    graphs = context.context().export_run_metadata().function_graphs
+    context.context().disable_run_metadata()
+    ops = sorted({(n.op, n.device.rsplit(":", 2)[-2]) for g in graphs for p in g.partition_graphs for n in p.node})
+    xn, yn = x.numpy(), y.numpy()
+    out[i] = {
+        "ops": ops,
+        "bits": [a.view(np.uint32).tolist() for a in (whole, prod, shifted)],
+        "whole": bool(np.array_equal(whole, xn + xn)),
+        "prod": float(np.max(np.abs(prod - xn @ xn.T), initial=0.0)),
+        "shifted": abs(float(shifted) - float(np.sum(xn + yn, dtype=np.float64) + 1.0)),
+    }
+result("cases", json.dumps(out))
+"""
+
+
+def run_program(run_tf, host_edges: str):
+    done = run_tf(PROGRAM, env={"TFWASM_HOST_EDGES": host_edges})
+    assert done.returncode == 0, done.describe()
+    return json.loads(done.results()["cases"]), done
+
+
+def test_cpu_edges_cross_in_host_memory_and_nothing_changes(run_tf):
+    marked, marked_run = run_program(run_tf, "1")
+    plain, plain_run = run_program(run_tf, "0")
+    for i, case in marked.items():
+        ops = {tuple(op) for op in case["ops"]}
+        # On: every CPU input arrives in host memory on WASM, the sum leaves in it.
+        assert ("_HostRecv", "WASM") in ops and ("_HostSend", "WASM") in ops, f"case {i}: {sorted(ops)}\n{marked_run.describe()}"
+        assert not {("_Recv", "WASM"), ("_Send", "WASM")} & ops, f"case {i}: {sorted(ops)}"
+        # Off: the float edges go through device memory (`begin` is a host
+        # argument of the slices either way).
+        plain_ops = {tuple(op) for op in plain[i]["ops"]}
+        assert {("_Recv", "WASM"), ("_Send", "WASM")} <= plain_ops, plain_run.describe()
+        assert ("_HostSend", "WASM") not in plain_ops, plain_run.describe()
+        assert case["bits"] == plain[i]["bits"], f"case {i}: results differ with the pass on and off"
+        assert case["whole"], f"case {i}: the forwarded slices are not the input"
+        assert case["prod"] <= 1e-5, f"case {i}: product off by {case['prod']}"
+        assert case["shifted"] <= 1e-3, f"case {i}: sum off by {case['shifted']}"
+
+
+def test_keras_training_marks_the_batch_and_matches(run_tf):
+    """A Keras fit: the batch from the CPU iterator reaches the model in host
+    memory (the debug log says how many inputs were marked), and the losses
+    are the same floats with the pass on and off."""
+    program = """
+        import keras
+        keras.utils.set_random_seed(1)
+        x = np.random.default_rng(0).standard_normal((96, 11)).astype(np.float32)
+        y = (x.sum(axis=1) > 0).astype(np.int32)
+        model = keras.Sequential([keras.Input((11,)), keras.layers.Dense(7, activation="relu"), keras.layers.Dense(2)])
+        model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+        history = model.fit(x, y, batch_size=32, epochs=2, verbose=0)
+        result("loss", json.dumps(history.history["loss"]))
+        result("device", model.weights[0].value.device)
+    """
+    runs = {}
+    for flag in ("1", "0"):
+        done = run_tf("import json\n" + __import__("textwrap").dedent(program), env={"TFWASM_HOST_EDGES": flag, "TFWASM_LOG": "debug"})
+        assert done.returncode == 0, done.describe()
+        runs[flag] = done
+    assert runs["1"].results()["device"].endswith("WASM:0")
+    assert runs["1"].results()["loss"] == runs["0"].results()["loss"]
+    assert "cross from and to the CPU in host memory" in runs["1"].stderr, runs["1"].describe()
+    assert "cross from and to the CPU in host memory" not in runs["0"].stderr
