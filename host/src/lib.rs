@@ -22,8 +22,9 @@
 //! - [`policy`]: the serde manifest that says which guest runs with which limits.
 //! - [`kernels`]: native compute kernels registered through `TF_InitKernel`.
 //! - [`graph`]: the graph pass registered through `TF_InitGraph`; it works on
-//!   the serialized GraphDef and lets `jit_compile=True` calls placed on the
-//!   device run without XLA.
+//!   the serialized GraphDef, lets `jit_compile=True` calls placed on the
+//!   device run without XLA, fuses elementwise trees and lets tensors cross
+//!   from and to the CPU device in host memory.
 //!
 //! ## Unsafe code
 //!
