@@ -255,8 +255,7 @@ enum AttrPayload<'a> {
 mod tests {
     use super::*;
 
-    const WASM0: &str = "/job:localhost/replica:0/task:0/device:WASM:0";
-    const CPU0: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
+    use crate::graph::schema::testing::{self, graph, CPU0, TRAILER, WASM0};
 
     fn attr(key: &str, number: u32, value: u64, out: &mut Vec<u8>) {
         let (mut value_bytes, mut entry) = (Vec::new(), Vec::new());
@@ -268,30 +267,11 @@ mod tests {
 
     /// A NodeDef of `op` with `T: float` (plus `extra` attributes).
     fn node(name: &str, op: &str, inputs: &[&str], device: &str, extra: &[(&str, u32, u64)]) -> Vec<u8> {
-        let mut n = Vec::new();
-        wire::put_bytes_field(NODE_NAME, name.as_bytes(), &mut n);
-        wire::put_bytes_field(NODE_OP, op.as_bytes(), &mut n);
-        for input in inputs {
-            wire::put_bytes_field(NODE_INPUT, input.as_bytes(), &mut n);
-        }
-        wire::put_bytes_field(NODE_DEVICE, device.as_bytes(), &mut n);
-        attr("T", ATTR_VALUE_TYPE, DT_FLOAT, &mut n);
+        let mut n = testing::node(name, op, inputs, device);
         for &(key, number, value) in extra {
             attr(key, number, value, &mut n);
         }
         n
-    }
-
-    fn graph(nodes: &[Vec<u8>]) -> Vec<u8> {
-        let mut g = Vec::new();
-        for n in nodes {
-            wire::put_bytes_field(GRAPH_NODE, n, &mut g);
-        }
-        // A VersionDef the pass does not model: must come through as is.
-        let mut versions = Vec::new();
-        wire::put_varint_field(1, 2140, &mut versions);
-        wire::put_bytes_field(4, &versions, &mut g);
-        g
     }
 
     /// Keras' Adam update of one variable, as the pass sees it.
@@ -370,7 +350,7 @@ mod tests {
         // Untouched nodes and the other GraphDef fields are copied byte for byte.
         let original = adam(WASM0);
         assert!(fusion.graph.windows(original[6].len()).any(|w| w == original[6].as_slice()));
-        assert!(fusion.graph.ends_with(&input[input.len() - 5..]));
+        assert!(fusion.graph.ends_with(&input[input.len() - TRAILER..]));
         // A second run finds nothing more to do.
         let again = fuse_elementwise(&fusion.graph, "WASM", &keep_nothing).unwrap();
         assert!(again.roots.is_empty());

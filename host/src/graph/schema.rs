@@ -163,3 +163,43 @@ pub fn edit_nodes(graph: &[u8], edits: &[NodeEdit]) -> Result<Vec<u8>, GraphErro
     }
     Ok(out)
 }
+
+/// GraphDefs for the passes' unit tests.
+#[cfg(test)]
+pub mod testing {
+    use super::*;
+
+    pub const WASM0: &str = "/job:localhost/replica:0/task:0/device:WASM:0";
+    pub const CPU0: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
+
+    /// A NodeDef of `op` with `T: float`.
+    pub fn node(name: &str, op: &str, inputs: &[&str], device: &str) -> Vec<u8> {
+        let mut n = Vec::new();
+        wire::put_bytes_field(NODE_NAME, name.as_bytes(), &mut n);
+        wire::put_bytes_field(NODE_OP, op.as_bytes(), &mut n);
+        for input in inputs {
+            wire::put_bytes_field(NODE_INPUT, input.as_bytes(), &mut n);
+        }
+        wire::put_bytes_field(NODE_DEVICE, device.as_bytes(), &mut n);
+        let mut float = Vec::new();
+        wire::put_varint_field(ATTR_VALUE_TYPE, DT_FLOAT, &mut float);
+        put_attr(b"T", &float, &mut n);
+        n
+    }
+
+    /// A GraphDef of `nodes`, ending in a VersionDef the passes do not
+    /// model (it must come through as is: the last [`TRAILER`] bytes).
+    pub fn graph(nodes: &[Vec<u8>]) -> Vec<u8> {
+        let mut g = Vec::new();
+        for n in nodes {
+            wire::put_bytes_field(GRAPH_NODE, n, &mut g);
+        }
+        let mut versions = Vec::new();
+        wire::put_varint_field(1, 2140, &mut versions);
+        wire::put_bytes_field(4, &versions, &mut g);
+        g
+    }
+
+    /// Bytes of the VersionDef field [`graph`] ends with.
+    pub const TRAILER: usize = 5;
+}
