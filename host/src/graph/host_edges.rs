@@ -138,19 +138,15 @@ fn parse_port(port: &[u8]) -> Option<u64> {
 /// `node` without its old marks, with the new ones.
 fn marked_node(node: &[u8], inputs: &[u64], outputs: &[u64]) -> Result<Vec<u8>, GraphError> {
     let mut out = Vec::with_capacity(node.len() + 48);
-    let mut fields = wire::fields(node);
-    loop {
-        let start = fields.offset();
-        let Some(field) = fields.next() else { break };
-        let field = field?;
-        let end = fields.offset();
+    for field in wire::raw_fields(node) {
+        let (field, raw) = field?;
         if field.number == NODE_ATTR {
             let (entry, entry_at) = wire::bytes(node, &field, "NodeDef.attr is not a map entry")?;
             if is_mark(attr_entry(entry).map_err(|e| e.at(entry_at))?.0) {
                 continue;
             }
         }
-        out.extend_from_slice(&node[start..end]);
+        out.extend_from_slice(raw);
     }
     for (key, indices) in [(INPUT_HOSTMEM, inputs), (OUTPUT_HOSTMEM, outputs)] {
         if !indices.is_empty() {

@@ -144,20 +144,16 @@ pub enum NodeEdit {
 pub fn edit_nodes(graph: &[u8], edits: &[NodeEdit]) -> Result<Vec<u8>, GraphError> {
     let mut out = Vec::with_capacity(graph.len());
     let mut node_index = 0;
-    let mut fields = wire::fields(graph);
-    loop {
-        let start = fields.offset();
-        let Some(field) = fields.next() else { break };
-        let field = field?;
-        let end = fields.offset();
+    for field in wire::raw_fields(graph) {
+        let (field, raw) = field?;
         if field.number != GRAPH_NODE {
-            out.extend_from_slice(&graph[start..end]);
+            out.extend_from_slice(raw);
             continue;
         }
         match edits.get(node_index) {
             Some(NodeEdit::Replace(node)) => wire::put_bytes_field(GRAPH_NODE, node, &mut out),
             Some(NodeEdit::Remove) => {}
-            Some(NodeEdit::Keep) | None => out.extend_from_slice(&graph[start..end]),
+            Some(NodeEdit::Keep) | None => out.extend_from_slice(raw),
         }
         node_index += 1;
     }

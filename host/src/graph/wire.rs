@@ -113,6 +113,17 @@ impl Iterator for Fields<'_> {
     }
 }
 
+/// The fields of `message` each with the bytes it occupies on the wire, tag
+/// included: what a rewrite copies through unchanged.
+pub fn raw_fields(message: &[u8]) -> impl Iterator<Item = Result<(Field, &[u8]), GraphError>> {
+    let mut fields = fields(message);
+    std::iter::from_fn(move || {
+        let start = fields.offset();
+        let field = fields.next()?;
+        Some(field.map(|field| (field, &message[start..fields.offset()])))
+    })
+}
+
 /// The bytes of a length-delimited field, or an error naming `what` if the
 /// field has another wire type (a message TensorFlow could not parse either).
 pub fn bytes<'a>(message: &'a [u8], field: &Field, what: &'static str) -> Result<(&'a [u8], usize), GraphError> {
@@ -195,6 +206,14 @@ mod tests {
         assert_eq!(fields[0], Field { number: 3, value: Value::Varint { value: 300, range: 1..3 } });
         assert_eq!(fields[1], Field { number: 2, value: Value::Bytes(5..7) });
         assert!(matches!(fields[2], Field { number: 268_435_456, value: Value::Varint { value: u64::MAX, .. } }));
+    }
+
+    #[test]
+    fn raw_fields_cover_the_message_exactly() {
+        let message = [0x08, 0xac, 0x02, 0x12, 2, b'h', b'i', 0x25, 1, 2, 3, 4];
+        let raw: Vec<&[u8]> = raw_fields(&message).map(|f| f.unwrap().1).collect();
+        assert_eq!(raw, [&message[..3], &message[3..7], &message[7..]]);
+        assert!(raw_fields(&[0x12, 5, b'a']).next().unwrap().is_err());
     }
 
     #[test]
