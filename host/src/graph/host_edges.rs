@@ -68,9 +68,12 @@ pub struct HostEdges {
 /// with two nodes of one name is returned unchanged.
 pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, ours: &dyn Fn(&[u8]) -> bool) -> Result<HostEdges, GraphError> {
     let unchanged = || HostEdges { graph: graph.to_vec(), inputs: 0, outputs: 0 };
-    let nodes = node_defs(graph)
-        .map(|node| node.and_then(|(node, at)| NodeFields::read(node).map_err(|e| e.at(at))))
-        .collect::<Result<Vec<_>, _>>()?;
+    // Each node's bytes (to rewrite it) and its fields, read once.
+    let (raw, nodes): (Vec<&[u8]>, Vec<NodeFields<'_>>) = node_defs(graph)
+        .map(|node| node.and_then(|(node, at)| Ok((node, NodeFields::read(node).map_err(|e| e.at(at))?))))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .unzip();
     let mut by_name = HashMap::with_capacity(nodes.len());
     for (index, node) in nodes.iter().enumerate() {
         if by_name.insert(node.name, index).is_some() {
@@ -108,7 +111,7 @@ pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, 
 
     let (mut inputs, mut outputs, mut changed) = (0, 0, false);
     let mut edits = Vec::with_capacity(nodes.len());
-    for (index, (node, bytes)) in nodes.iter().zip(node_defs(graph)).enumerate() {
+    for (index, (node, bytes)) in nodes.iter().zip(&raw).enumerate() {
         let stale = placed_on(node.device, device_type) && node.attrs.iter().any(|(key, ..)| is_mark(key));
         let (ins, outs) = (&input_marks[index], &output_marks[index]);
         if !stale && ins.is_empty() && outs.is_empty() {
@@ -118,7 +121,7 @@ pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, 
         inputs += ins.len();
         outputs += outs.len();
         changed = true;
-        edits.push(NodeEdit::Replace(marked_node(bytes?.0, ins, outs)?));
+        edits.push(NodeEdit::Replace(marked_node(bytes, ins, outs)?));
     }
     if !changed {
         return Ok(unchanged());
