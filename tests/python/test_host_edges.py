@@ -8,6 +8,10 @@ of copying it through the device's streams. Each case runs in a fresh
 interpreter with the pass on (the default) and off (``TFWASM_HOST_EDGES=0``):
 the results must be the same bits, agree with NumPy, and the partition
 graphs must show which way the edges went.
+
+The pass also moves two kinds of TensorFlow's pass-through nodes off WASM
+when that saves a crossing: a ``_Retval`` of a variant made on the CPU, and
+an ``Identity`` read only on the CPU.
 """
 
 from __future__ import annotations
@@ -85,18 +89,83 @@ def test_cpu_edges_cross_in_host_memory_and_nothing_changes(run_tf):
         assert case["shifted"] <= 1e-3, f"case {i}: sum off by {case['shifted']}"
 
 
+OPTIONAL_PROGRAM = """
+import json
+from tensorflow.python.eager import context
+
+@tf.function
+def step(x):
+    with tf.device("/device:WASM:0"):
+        prod = tf.matmul(x, x, transpose_b=True)
+        total = tf.identity(tf.reduce_sum(x))
+    # No kernel of ours reads a variant: the Optional is made on the CPU.
+    return tf.experimental.Optional.from_value((prod, total))
+
+rng = np.random.default_rng(3)
+out = {}
+for i, shape in enumerate([(0, 5), (1, 1), (13, 17)]):
+    x = tf.constant(rng.standard_normal(shape).astype(np.float32))
+    context.context().enable_run_metadata()
+    optional = step(x)
+    graphs = context.context().export_run_metadata().function_graphs
+    context.context().disable_run_metadata()
+    prod, total = optional.get_value()
+    xn = x.numpy()
+    out[i] = {
+        "returned_on": optional._variant_tensor.backing_device.rsplit(":", 2)[-2],
+        "has_value": bool(optional.has_value()),
+        "ops": sorted({(n.op, n.device.rsplit(":", 2)[-2]) for g in graphs for p in g.partition_graphs for n in p.node}),
+        "prod": float(np.max(np.abs(prod.numpy() - xn @ xn.T), initial=0.0)),
+        "prod_shape": list(prod.shape),
+        "total": abs(float(total) - float(np.sum(xn, dtype=np.float64))),
+    }
+result("cases", json.dumps(out))
+"""
+
+
+def test_an_optional_made_on_the_cpu_is_returned_there(run_tf):
+    """A function returning an ``Optional`` (as Keras' train step does, every
+    step): with the pass the variant is returned on the CPU where it was
+    made, so neither the function nor the eager ops that open it copy its
+    tensors through WASM memory; the values are right either way."""
+    runs = {}
+    for flag in ("1", "0"):
+        done = run_tf(OPTIONAL_PROGRAM, env={"TFWASM_HOST_EDGES": flag})
+        assert done.returncode == 0, done.describe()
+        runs[flag] = json.loads(done.results()["cases"])
+    for i, case in runs["1"].items():
+        plain = runs["0"][i]
+        assert (case["returned_on"], plain["returned_on"]) == ("CPU", "WASM"), f"case {i}: {case} / {plain}"
+        ops = {tuple(op) for op in case["ops"]}
+        assert ("_Retval", "WASM") not in ops and ("_Recv", "WASM") not in ops, f"case {i}: {sorted(ops)}"
+        assert ("_HostSend", "WASM") in ops, f"case {i}: {sorted(ops)}"
+        assert ("_Retval", "WASM") in {tuple(op) for op in plain["ops"]}
+        for run in (case, plain):
+            assert run["has_value"] and run["prod"] <= 1e-5 and run["total"] <= 1e-3, f"case {i}: {run}"
+        assert case["prod_shape"] == [[0, 0], [1, 1], [13, 13]][int(i)]
+
+
 def test_keras_training_marks_the_batch_and_matches(run_tf):
     """A Keras fit: the batch from the CPU iterator reaches the model in host
-    memory (the debug log says how many inputs were marked), and the losses
-    are the same floats with the pass on and off."""
+    memory (the debug log says how many inputs were marked), the step's
+    result is returned on the CPU without a device copy, and the losses are
+    the same floats with the pass on and off."""
     program = """
         import keras
+        from tensorflow.python.eager import context
         keras.utils.set_random_seed(1)
         x = np.random.default_rng(0).standard_normal((96, 11)).astype(np.float32)
         y = (x.sum(axis=1) > 0).astype(np.int32)
         model = keras.Sequential([keras.Input((11,)), keras.layers.Dense(7, activation="relu"), keras.layers.Dense(2)])
         model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+        context.context().enable_run_metadata()
         history = model.fit(x, y, batch_size=32, epochs=2, verbose=0)
+        graphs = context.context().export_run_metadata().function_graphs
+        context.context().disable_run_metadata()
+        # The train step: the function whose partitions read the iterator.
+        steps = [g for g in graphs if any(n.op == "IteratorGetNext" for p in g.partition_graphs for n in p.node)]
+        ops = sorted({(n.op, n.device.rsplit(":", 2)[-2]) for g in steps for p in g.partition_graphs for n in p.node})
+        result("ops", json.dumps(ops))
         result("loss", json.dumps(history.history["loss"]))
         result("device", model.weights[0].value.device)
     """
@@ -108,4 +177,13 @@ def test_keras_training_marks_the_batch_and_matches(run_tf):
     assert runs["1"].results()["device"].endswith("WASM:0")
     assert runs["1"].results()["loss"] == runs["0"].results()["loss"]
     assert "cross from and to the CPU in host memory" in runs["1"].stderr, runs["1"].describe()
+    assert "moved to the CPU" in runs["1"].stderr, runs["1"].describe()
     assert "cross from and to the CPU in host memory" not in runs["0"].stderr
+    # On: data crosses only in host memory, and the Optional with the logs
+    # is returned from the CPU. Off: the step receives and returns through
+    # device memory.
+    ops = {tuple(op) for op in json.loads(runs["1"].results()["ops"])}
+    plain = {tuple(op) for op in json.loads(runs["0"].results()["ops"])}
+    assert ("IteratorGetNext", "CPU") in ops and ("_HostRecv", "WASM") in ops and ("_HostSend", "WASM") in ops, sorted(ops)
+    assert not {("_Recv", "WASM"), ("_Retval", "WASM")} & ops, sorted(ops)
+    assert {("_Recv", "WASM"), ("_Retval", "WASM")} <= plain, sorted(plain)

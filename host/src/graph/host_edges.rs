@@ -35,6 +35,13 @@
 //! a kernel asks to forward.) Existing marks on nodes of our device are
 //! replaced, so running the pass again, after fusion changed a node's
 //! inputs, leaves no stale index.
+//!
+//! Before marking, two kinds of TensorFlow's pass-through nodes that the
+//! placer put on our device move to a CPU, where their value comes from or
+//! goes to (see [`moves`]): a `_Retval` of a variant made on a CPU, and an
+//! `Identity` read only on one CPU. Keras' train step has one of each (the
+//! `Optional` holding the step's logs, and the loss on its way into it);
+//! on our device they cost three device copies per step.
 
 use std::collections::HashMap;
 
@@ -57,17 +64,20 @@ pub struct HostEdges {
     pub inputs: usize,
     /// Outputs marked, over all nodes.
     pub outputs: usize,
+    /// Nodes moved from our device to a CPU (see [`moves`]).
+    pub moved: usize,
 }
 
 /// Marks the edges between CPU devices and devices of type `device_type`
 /// in `graph` (a serialized GraphDef) to cross in host memory, for nodes
-/// whose op `ours` says tfwasm implements. `preserve` names the nodes
-/// TensorFlow needs kept as they are.
+/// whose op `ours` says tfwasm implements, after moving pass-through nodes
+/// that only hand a value to or from a CPU there. `preserve` names the
+/// nodes TensorFlow needs kept as they are.
 ///
 /// Errors when the GraphDef or a NodeDef is not valid wire format. A graph
 /// with two nodes of one name is returned unchanged.
 pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, ours: &dyn Fn(&[u8]) -> bool) -> Result<HostEdges, GraphError> {
-    let unchanged = || HostEdges { graph: graph.to_vec(), inputs: 0, outputs: 0 };
+    let unchanged = || HostEdges { graph: graph.to_vec(), inputs: 0, outputs: 0, moved: 0 };
     // Each node's bytes (to rewrite it) and its fields, read once.
     let (raw, nodes): (Vec<&[u8]>, Vec<NodeFields<'_>>) = node_defs(graph)
         .map(|node| node.and_then(|(node, at)| Ok((node, NodeFields::read(node).map_err(|e| e.at(at))?))))
@@ -80,7 +90,9 @@ pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, 
             return Ok(unchanged());
         }
     }
-    let on_cpu: Vec<bool> = nodes.iter().map(|n| placed_on(n.device, "CPU")).collect();
+    let moved = moves(&nodes, &by_name, device_type, preserve);
+    let device = |index: usize| moved[index].unwrap_or(nodes[index].device);
+    let on_cpu: Vec<bool> = (0..nodes.len()).map(|index| placed_on(device(index), "CPU")).collect();
     let markable: Vec<bool> = nodes.iter().map(|n| placed_on(n.device, device_type) && ours(n.op)).collect();
 
     let mut input_marks: Vec<Vec<u64>> = vec![Vec::new(); nodes.len()];
@@ -109,24 +121,25 @@ pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, 
         })
         .collect();
 
-    let (mut inputs, mut outputs, mut changed) = (0, 0, false);
+    let (mut inputs, mut outputs, mut moved_nodes, mut changed) = (0, 0, 0, false);
     let mut edits = Vec::with_capacity(nodes.len());
     for (index, (node, bytes)) in nodes.iter().zip(&raw).enumerate() {
         let stale = placed_on(node.device, device_type) && node.attrs.iter().any(|(key, ..)| is_mark(key));
         let (ins, outs) = (&input_marks[index], &output_marks[index]);
-        if !stale && ins.is_empty() && outs.is_empty() {
+        if !stale && ins.is_empty() && outs.is_empty() && moved[index].is_none() {
             edits.push(NodeEdit::Keep);
             continue;
         }
         inputs += ins.len();
         outputs += outs.len();
+        moved_nodes += usize::from(moved[index].is_some());
         changed = true;
-        edits.push(NodeEdit::Replace(marked_node(bytes, ins, outs)?));
+        edits.push(NodeEdit::Replace(marked_node(bytes, ins, outs, moved[index])?));
     }
     if !changed {
         return Ok(unchanged());
     }
-    Ok(HostEdges { graph: edit_nodes(graph, &edits)?, inputs, outputs })
+    Ok(HostEdges { graph: edit_nodes(graph, &edits)?, inputs, outputs, moved: moved_nodes })
 }
 
 fn is_mark(key: &[u8]) -> bool {
@@ -138,11 +151,79 @@ fn parse_port(port: &[u8]) -> Option<u64> {
     std::str::from_utf8(port).ok()?.parse().ok()
 }
 
-/// `node` without its old marks, with the new ones.
-fn marked_node(node: &[u8], inputs: &[u64], outputs: &[u64]) -> Result<Vec<u8>, GraphError> {
+/// The nodes of TensorFlow's on our device that are better placed on a
+/// CPU, with that CPU. Neither kind computes anything, so where it runs only
+/// decides where its value crosses devices, and how:
+///
+/// - a `_Retval` of a variant made on a CPU (see [`variant_home`]);
+/// - an `Identity` (not one to preserve) that only nodes on one CPU read.
+///   On our device it hands its value on in device memory, so it crosses
+///   to the CPU by a device-to-host copy through the stream. On the CPU it
+///   reads its input across devices instead, and when the input is the
+///   output of one of our kernels that output is marked to be made in host
+///   memory and passed by reference. (Keras' train step returns its loss
+///   through such an `Identity`.)
+fn moves<'g>(nodes: &[NodeFields<'g>], by_name: &HashMap<&[u8], usize>, device_type: &str, preserve: Preserve<'_>) -> Vec<Option<&'g [u8]>> {
+    let mut moved: Vec<Option<&[u8]>> = nodes.iter().map(|node| variant_home(node, device_type, nodes, by_name)).collect();
+    // The device each node's readers are on, if it is one CPU for all.
+    let mut readers: Vec<Option<Option<&[u8]>>> = vec![None; nodes.len()];
+    for (consumer, node) in nodes.iter().enumerate() {
+        let device = moved[consumer].unwrap_or(node.device);
+        let cpu = placed_on(device, "CPU").then_some(device);
+        for input in node.data_inputs() {
+            if let Some(&producer) = by_name.get(input_source(input).0) {
+                let seen = readers[producer].get_or_insert(cpu);
+                if *seen != cpu {
+                    *seen = None;
+                }
+            }
+        }
+    }
+    for (index, node) in nodes.iter().enumerate() {
+        // A handle or a variant stays with the node that made it.
+        let plain = !matches!(node.type_attr(b"T"), None | Some(DT_RESOURCE | DT_VARIANT));
+        if node.op == b"Identity" && plain && placed_on(node.device, device_type) && !preserve(node.name) {
+            if let Some(Some(cpu)) = readers[index] {
+                moved[index] = Some(cpu);
+            }
+        }
+    }
+    moved
+}
+
+/// The CPU device a `_Retval` of a variant on our device should move to:
+/// the device of the CPU node whose output it returns.
+///
+/// No kernel of ours can read a variant (an `Optional`, a `TensorList`):
+/// placed on our device, such a return value only costs copies. The
+/// `_Recv` deep-copies every tensor inside it into device memory, and the
+/// eager op that reads it on the CPU (Keras' `OptionalHasValue` and
+/// `OptionalGetValue`, each train step) copies it all back. Returned where
+/// it was made, the function's output is a CPU tensor and nothing is
+/// copied. TensorFlow takes the function's output devices from the
+/// partitions after this pass, and assigns each node the device its
+/// NodeDef names (as for its own `pin_to_host` pass).
+fn variant_home<'g>(node: &NodeFields<'g>, device_type: &str, nodes: &[NodeFields<'g>], by_name: &HashMap<&[u8], usize>) -> Option<&'g [u8]> {
+    if node.op != b"_Retval" || !placed_on(node.device, device_type) || node.type_attr(b"T") != Some(DT_VARIANT) {
+        return None;
+    }
+    let mut data = node.data_inputs();
+    let (Some(input), None) = (data.next(), data.next()) else { return None };
+    let producer = &nodes[*by_name.get(input_source(input).0)?];
+    placed_on(producer.device, "CPU").then_some(producer.device)
+}
+
+/// `node` without its old marks, with the new ones, on `device` if given.
+fn marked_node(node: &[u8], inputs: &[u64], outputs: &[u64], device: Option<&[u8]>) -> Result<Vec<u8>, GraphError> {
     let mut out = Vec::with_capacity(node.len() + 48);
     for field in wire::raw_fields(node) {
         let (field, raw) = field?;
+        if field.number == NODE_DEVICE {
+            if let Some(device) = device {
+                wire::put_bytes_field(NODE_DEVICE, device, &mut out);
+                continue;
+            }
+        }
         if field.number == NODE_ATTR {
             let (entry, entry_at) = wire::bytes(node, &field, "NodeDef.attr is not a map entry")?;
             if is_mark(attr_entry(entry).map_err(|e| e.at(entry_at))?.0) {
@@ -318,6 +399,85 @@ mod tests {
         let marks = marks(&edges.graph);
         assert_eq!(marks[1], ("add".to_owned(), vec![1], vec![]));
         assert_eq!(marks[3], ("cpu".to_owned(), vec![0], vec![]));
+    }
+
+    /// `node` with its type attribute `T` set to `dtype`.
+    fn typed(mut node: Vec<u8>, dtype: u64) -> Vec<u8> {
+        let mut value = Vec::new();
+        wire::put_varint_field(ATTR_VALUE_TYPE, dtype, &mut value);
+        put_attr(b"T", &value, &mut node);
+        node
+    }
+
+    /// Each node's name and device.
+    fn devices(graph: &[u8]) -> Vec<(String, String)> {
+        node_defs(graph)
+            .map(|node| {
+                let fields = NodeFields::read(node.unwrap().0).unwrap();
+                (String::from_utf8(fields.name.to_vec()).unwrap(), String::from_utf8(fields.device.to_vec()).unwrap())
+            })
+            .collect()
+    }
+
+    /// The end of Keras' train step: the loss leaves through an `Identity`
+    /// into an `Optional` made on the CPU, which the function returns.
+    fn keras_return() -> Vec<Vec<u8>> {
+        vec![
+            node("batch", "IteratorGetNext", &["iterator"], CPU0),
+            node("loss", "SparseSoftmaxCrossEntropyWithLogits", &["w", "batch:1"], WASM0),
+            node("noop", "NoOp", &[], WASM0),
+            node("identity", "Identity", &["loss", "^noop"], WASM0),
+            typed(node("optional", "OptionalFromValue", &["identity"], CPU0), DT_VARIANT),
+            typed(node("ret", "_Retval", &["optional"], WASM0), DT_VARIANT),
+        ]
+    }
+
+    #[test]
+    fn values_that_only_pass_to_the_cpu_move_there() {
+        let edges = mark_host_edges(&graph(&keras_return()), "WASM", &keep_nothing, &ours).unwrap();
+        assert_eq!((edges.inputs, edges.outputs, edges.moved), (1, 1, 2));
+        let devices = devices(&edges.graph);
+        let on = |name: &str| devices.iter().find(|(n, _)| n == name).unwrap().1.clone();
+        assert_eq!((on("identity"), on("ret"), on("noop")), (CPU0.to_owned(), CPU0.to_owned(), WASM0.to_owned()));
+        // With the `Identity` on the CPU, the loss is read only there.
+        assert_eq!(marks(&edges.graph)[1], ("loss".to_owned(), vec![1], vec![0]));
+        // Everything but the device comes through: the control input, the type.
+        let moved = node_defs(&edges.graph).nth(3).unwrap().unwrap().0;
+        let fields = NodeFields::read(moved).unwrap();
+        assert_eq!((fields.op, fields.inputs.clone(), fields.type_attr(b"T")), (&b"Identity"[..], vec![&b"loss"[..], b"^noop"], Some(DT_FLOAT)));
+        let again = mark_host_edges(&edges.graph, "WASM", &keep_nothing, &ours).unwrap();
+        assert_eq!((again.graph, again.moved), (edges.graph, 0));
+    }
+
+    #[test]
+    fn what_stays_on_our_device() {
+        const CPU1: &str = "/job:localhost/replica:0/task:0/device:CPU:1";
+        let nodes = [
+            node("x", "Placeholder", &[], CPU0),
+            node("y", "AddV2", &["x", "x"], WASM0),
+            // Read on our device too, on two CPUs, by nothing, or preserved.
+            node("mixed", "Identity", &["y"], WASM0),
+            node("mixed_cpu", "Neg", &["mixed"], CPU0),
+            node("mixed_wasm", "Neg", &["mixed"], WASM0),
+            node("two_cpus", "Identity", &["y"], WASM0),
+            node("on_cpu0", "Neg", &["two_cpus"], CPU0),
+            node("on_cpu1", "Neg", &["two_cpus"], CPU1),
+            node("unread", "Identity", &["y"], WASM0),
+            node("kept", "Identity", &["y"], WASM0),
+            node("kept_reader", "Neg", &["kept"], CPU0),
+            // A handle and a variant stay with their makers.
+            typed(node("handle", "Identity", &["var"], WASM0), DT_RESOURCE),
+            node("handle_reader", "ReadVariableOp", &["handle"], CPU0),
+            typed(node("list", "Identity", &["list_maker"], WASM0), DT_VARIANT),
+            node("list_reader", "TensorListLength", &["list"], CPU0),
+            // Only a variant returned from a CPU moves.
+            node("ret_float", "_Retval", &["x"], WASM0),
+            typed(node("ret_wasm", "_Retval", &["list"], WASM0), DT_VARIANT),
+            typed(node("ret_gpu", "_Retval", &["x"], "/job:localhost/replica:0/task:0/device:GPU:0"), DT_VARIANT),
+        ];
+        let edges = mark_host_edges(&graph(&nodes), "WASM", &|name| name == b"kept", &ours).unwrap();
+        assert_eq!(edges.moved, 0);
+        assert!(devices(&edges.graph).iter().zip(&nodes).all(|((_, device), node)| NodeFields::read(node).unwrap().device == device.as_bytes()));
     }
 
     #[test]

@@ -106,6 +106,9 @@ pub fn optimize(graph: &[u8], device_type: &str, rewrites: &Rewrites<'_>) -> Res
                 edges.outputs
             );
         }
+        if edges.moved > 0 {
+            tracing::debug!("tfwasm: {} pass-through nodes on {device_type} moved to the CPU that reads or made their value", edges.moved);
+        }
         graph = edges.graph;
     }
     Ok(graph)

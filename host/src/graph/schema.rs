@@ -23,6 +23,12 @@ pub const ATTR_VALUE_TYPE: u32 = 6;
 
 /// `DataType.DT_FLOAT`.
 pub const DT_FLOAT: u64 = 1;
+/// `DataType.DT_RESOURCE`: a handle to a resource (a variable) that lives
+/// on one device.
+pub const DT_RESOURCE: u64 = 20;
+/// `DataType.DT_VARIANT`: a host object (an `Optional`, a `TensorList`)
+/// no C-API kernel can read.
+pub const DT_VARIANT: u64 = 21;
 
 use super::wire;
 use super::GraphError;
@@ -103,6 +109,15 @@ impl<'g> NodeFields<'g> {
 
     pub fn data_inputs(&self) -> impl Iterator<Item = &'g [u8]> + '_ {
         self.inputs.iter().copied().filter(|i| !i.starts_with(b"^"))
+    }
+
+    /// The value of the `type` attribute `key`, if the node has one.
+    pub fn type_attr(&self, key: &[u8]) -> Option<u64> {
+        let &(_, value, _) = self.attrs.iter().rev().find(|(k, ..)| *k == key)?;
+        match attr_value(value).ok()?? {
+            wire::Field { number: ATTR_VALUE_TYPE, value: wire::Value::Varint { value, .. } } => Some(value),
+            _ => None,
+        }
     }
 
     pub fn control_inputs(&self) -> impl Iterator<Item = &'g [u8]> + '_ {
