@@ -25,23 +25,29 @@
 //!   is marked;
 //! - an output of one of our kernels whose every reader is on a CPU device
 //!   is marked, unless TensorFlow asks to preserve the node (a fetch may
-//!   be read in device memory).
+//!   be read in device memory);
+//! - so is the output of TensorFlow's `Identity` on our device when every
+//!   reader is on a CPU (Keras' train step hands its loss to the CPU
+//!   through one), with its input too when that comes from a CPU node.
+//!   `Identity` passes on the tensor it got: if that is a device tensor,
+//!   the CPU reads it in place, which is sound because our device memory
+//!   is host memory.
 //!
 //! Edges between two nodes on our device are never touched: a host tensor
 //! feeding a device-memory input there would make TensorFlow insert a copy.
-//! Only nodes of ops tfwasm registers are marked; TensorFlow's own kernels
-//! on our device (`Identity`, variable ops) may pass an input on as a
-//! device tensor. (Ours never do: `abi::kernels` copies a host input that
-//! a kernel asks to forward.) Existing marks on nodes of our device are
-//! replaced, so running the pass again, after fusion changed a node's
-//! inputs, leaves no stale index.
+//! Other kernels of TensorFlow's on our device (variable ops) are not
+//! marked, and neither is an `Identity` that a node on our device reads:
+//! they may pass a host input on as a device tensor, which TensorFlow's
+//! device copies would then refuse. (Ours never do: `abi::kernels` copies
+//! a host input that a kernel asks to forward.) Existing marks on nodes of
+//! our device are replaced, so running the pass again, after fusion changed
+//! a node's inputs, leaves no stale index.
 //!
-//! Before marking, two kinds of TensorFlow's pass-through nodes that the
-//! placer put on our device move to a CPU, where their value comes from or
-//! goes to (see [`moves`]): a `_Retval` of a variant made on a CPU, and an
-//! `Identity` read only on one CPU. Keras' train step has one of each (the
-//! `Optional` holding the step's logs, and the loss on its way into it);
-//! on our device they cost three device copies per step.
+//! One node moves instead: a `_Retval` of a variant (an `Optional`, a
+//! `TensorList`) made on a CPU, which the placer put on our device, is
+//! returned from that CPU (see [`variant_home`]). Keras' train step returns
+//! its logs in such an `Optional`; on our device it cost three deep copies
+//! per step.
 
 use std::collections::HashMap;
 
@@ -64,15 +70,16 @@ pub struct HostEdges {
     pub inputs: usize,
     /// Outputs marked, over all nodes.
     pub outputs: usize,
-    /// Nodes moved from our device to a CPU (see [`moves`]).
+    /// Variant `_Retval`s moved from our device to a CPU (see
+    /// [`variant_home`]).
     pub moved: usize,
 }
 
 /// Marks the edges between CPU devices and devices of type `device_type`
 /// in `graph` (a serialized GraphDef) to cross in host memory, for nodes
-/// whose op `ours` says tfwasm implements, after moving pass-through nodes
-/// that only hand a value to or from a CPU there. `preserve` names the
-/// nodes TensorFlow needs kept as they are.
+/// whose op `ours` says tfwasm implements and for `Identity` nodes read only
+/// on a CPU, after moving variant return values made on a CPU there.
+/// `preserve` names the nodes TensorFlow needs kept as they are.
 ///
 /// Errors when the GraphDef or a NodeDef is not valid wire format. A graph
 /// with two nodes of one name is returned unchanged.
@@ -90,10 +97,12 @@ pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, 
             return Ok(unchanged());
         }
     }
-    let moved = moves(&nodes, &by_name, device_type, preserve);
+    // A variant returned from a CPU node is returned on that CPU.
+    let moved: Vec<Option<&[u8]>> = nodes.iter().map(|node| variant_home(node, device_type, &nodes, &by_name)).collect();
     let device = |index: usize| moved[index].unwrap_or(nodes[index].device);
     let on_cpu: Vec<bool> = (0..nodes.len()).map(|index| placed_on(device(index), "CPU")).collect();
     let markable: Vec<bool> = nodes.iter().map(|n| placed_on(n.device, device_type) && ours(n.op)).collect();
+    let passes_on: Vec<bool> = nodes.iter().map(|n| passes_on(n, device_type, preserve)).collect();
 
     let mut input_marks: Vec<Vec<u64>> = vec![Vec::new(); nodes.len()];
     // Per producer and output port: whether every reader so far is on a CPU.
@@ -112,7 +121,7 @@ pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, 
         .into_iter()
         .enumerate()
         .map(|(producer, ports)| {
-            if !markable[producer] || preserve(nodes[producer].name) {
+            if !(markable[producer] || passes_on[producer]) || preserve(nodes[producer].name) {
                 return Vec::new();
             }
             let mut marked: Vec<u64> = ports.into_iter().filter_map(|(port, all_cpu)| all_cpu.then_some(port)).collect();
@@ -121,6 +130,16 @@ pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, 
         })
         .collect();
 
+    // A pass-through node that hands its value to the CPU in host memory
+    // may take it in host memory too.
+    for (index, node) in nodes.iter().enumerate() {
+        if passes_on[index] && output_marks[index] == [0] {
+            let from_cpu = node.data_inputs().next().and_then(|input| by_name.get(input_source(input).0)).is_some_and(|&p| on_cpu[p]);
+            if from_cpu {
+                input_marks[index].push(0);
+            }
+        }
+    }
     let (mut inputs, mut outputs, mut moved_nodes, mut changed) = (0, 0, 0, false);
     let mut edits = Vec::with_capacity(nodes.len());
     for (index, (node, bytes)) in nodes.iter().zip(&raw).enumerate() {
@@ -151,44 +170,12 @@ fn parse_port(port: &[u8]) -> Option<u64> {
     std::str::from_utf8(port).ok()?.parse().ok()
 }
 
-/// The nodes of TensorFlow's on our device that are better placed on a
-/// CPU, with that CPU. Neither kind computes anything, so where it runs only
-/// decides where its value crosses devices, and how:
-///
-/// - a `_Retval` of a variant made on a CPU (see [`variant_home`]);
-/// - an `Identity` (not one to preserve) that only nodes on one CPU read.
-///   On our device it hands its value on in device memory, so it crosses
-///   to the CPU by a device-to-host copy through the stream. On the CPU it
-///   reads its input across devices instead, and when the input is the
-///   output of one of our kernels that output is marked to be made in host
-///   memory and passed by reference. (Keras' train step returns its loss
-///   through such an `Identity`.)
-fn moves<'g>(nodes: &[NodeFields<'g>], by_name: &HashMap<&[u8], usize>, device_type: &str, preserve: Preserve<'_>) -> Vec<Option<&'g [u8]>> {
-    let mut moved: Vec<Option<&[u8]>> = nodes.iter().map(|node| variant_home(node, device_type, nodes, by_name)).collect();
-    // The device each node's readers are on, if it is one CPU for all.
-    let mut readers: Vec<Option<Option<&[u8]>>> = vec![None; nodes.len()];
-    for (consumer, node) in nodes.iter().enumerate() {
-        let device = moved[consumer].unwrap_or(node.device);
-        let cpu = placed_on(device, "CPU").then_some(device);
-        for input in node.data_inputs() {
-            if let Some(&producer) = by_name.get(input_source(input).0) {
-                let seen = readers[producer].get_or_insert(cpu);
-                if *seen != cpu {
-                    *seen = None;
-                }
-            }
-        }
-    }
-    for (index, node) in nodes.iter().enumerate() {
-        // A handle or a variant stays with the node that made it.
-        let plain = !matches!(node.type_attr(b"T"), None | Some(DT_RESOURCE | DT_VARIANT));
-        if node.op == b"Identity" && plain && placed_on(node.device, device_type) && !preserve(node.name) {
-            if let Some(Some(cpu)) = readers[index] {
-                moved[index] = Some(cpu);
-            }
-        }
-    }
-    moved
+/// Whether `node` is TensorFlow's `Identity` of a plain tensor (not a
+/// handle or a variant, which stay with their makers) on our device, not
+/// one to preserve: its output may be marked like one of our kernels'.
+fn passes_on(node: &NodeFields<'_>, device_type: &str, preserve: Preserve<'_>) -> bool {
+    let plain = !matches!(node.type_attr(b"T"), None | Some(DT_RESOURCE | DT_VARIANT));
+    node.op == b"Identity" && plain && placed_on(node.device, device_type) && !preserve(node.name)
 }
 
 /// The CPU device a `_Retval` of a variant on our device should move to:
@@ -433,39 +420,47 @@ mod tests {
     }
 
     #[test]
-    fn values_that_only_pass_to_the_cpu_move_there() {
+    fn keras_returns_its_loss_and_logs_through_host_memory() {
         let edges = mark_host_edges(&graph(&keras_return()), "WASM", &keep_nothing, &ours).unwrap();
-        assert_eq!((edges.inputs, edges.outputs, edges.moved), (1, 1, 2));
+        assert_eq!((edges.inputs, edges.outputs, edges.moved), (1, 1, 1));
+        // The `Optional` is returned from the CPU that made it.
         let devices = devices(&edges.graph);
         let on = |name: &str| devices.iter().find(|(n, _)| n == name).unwrap().1.clone();
-        assert_eq!((on("identity"), on("ret"), on("noop")), (CPU0.to_owned(), CPU0.to_owned(), WASM0.to_owned()));
-        // With the `Identity` on the CPU, the loss is read only there.
-        assert_eq!(marks(&edges.graph)[1], ("loss".to_owned(), vec![1], vec![0]));
-        // Everything but the device comes through: the control input, the type.
-        let moved = node_defs(&edges.graph).nth(3).unwrap().unwrap().0;
+        assert_eq!((on("ret"), on("identity"), on("noop")), (CPU0.to_owned(), WASM0.to_owned(), WASM0.to_owned()));
+        // The `Identity` hands the loss to the CPU in host memory; the loss
+        // itself stays in device memory (its reader is on our device).
+        let marks = marks(&edges.graph);
+        assert_eq!(marks[1], ("loss".to_owned(), vec![1], vec![]));
+        assert_eq!(marks[3], ("identity".to_owned(), vec![], vec![0]));
+        // The moved node keeps everything but its device: input, type.
+        let moved = node_defs(&edges.graph).nth(5).unwrap().unwrap().0;
         let fields = NodeFields::read(moved).unwrap();
-        assert_eq!((fields.op, fields.inputs.clone(), fields.type_attr(b"T")), (&b"Identity"[..], vec![&b"loss"[..], b"^noop"], Some(DT_FLOAT)));
+        assert_eq!((fields.op, fields.inputs.clone(), fields.type_attr(b"T")), (&b"_Retval"[..], vec![&b"optional"[..]], Some(DT_VARIANT)));
         let again = mark_host_edges(&edges.graph, "WASM", &keep_nothing, &ours).unwrap();
         assert_eq!((again.graph, again.moved), (edges.graph, 0));
     }
 
     #[test]
-    fn what_stays_on_our_device() {
+    fn which_identities_and_returns_cross_in_host_memory() {
         const CPU1: &str = "/job:localhost/replica:0/task:0/device:CPU:1";
         let nodes = [
             node("x", "Placeholder", &[], CPU0),
             node("y", "AddV2", &["x", "x"], WASM0),
-            // Read on our device too, on two CPUs, by nothing, or preserved.
-            node("mixed", "Identity", &["y"], WASM0),
-            node("mixed_cpu", "Neg", &["mixed"], CPU0),
-            node("mixed_wasm", "Neg", &["mixed"], WASM0),
+            // From and to the CPU: both ends marked.
+            node("round_trip", "Identity", &["x"], WASM0),
+            node("round_trip_reader", "Neg", &["round_trip"], CPU0),
+            // Read on two CPUs: still host memory.
             node("two_cpus", "Identity", &["y"], WASM0),
             node("on_cpu0", "Neg", &["two_cpus"], CPU0),
             node("on_cpu1", "Neg", &["two_cpus"], CPU1),
+            // Read on our device too, by nothing, or preserved: untouched.
+            node("mixed", "Identity", &["x"], WASM0),
+            node("mixed_cpu", "Neg", &["mixed"], CPU0),
+            node("mixed_wasm", "Neg", &["mixed"], WASM0),
             node("unread", "Identity", &["y"], WASM0),
             node("kept", "Identity", &["y"], WASM0),
             node("kept_reader", "Neg", &["kept"], CPU0),
-            // A handle and a variant stay with their makers.
+            // A handle and a variant stay as they are.
             typed(node("handle", "Identity", &["var"], WASM0), DT_RESOURCE),
             node("handle_reader", "ReadVariableOp", &["handle"], CPU0),
             typed(node("list", "Identity", &["list_maker"], WASM0), DT_VARIANT),
@@ -478,6 +473,9 @@ mod tests {
         let edges = mark_host_edges(&graph(&nodes), "WASM", &|name| name == b"kept", &ours).unwrap();
         assert_eq!(edges.moved, 0);
         assert!(devices(&edges.graph).iter().zip(&nodes).all(|((_, device), node)| NodeFields::read(node).unwrap().device == device.as_bytes()));
+        let marked: Vec<_> = marks(&edges.graph).into_iter().filter(|(_, ins, outs)| !ins.is_empty() || !outs.is_empty()).collect();
+        let expect = |name: &str, ins: &[u64], outs: &[u64]| (name.to_owned(), ins.to_vec(), outs.to_vec());
+        assert_eq!(marked, [expect("y", &[0, 1], &[]), expect("round_trip", &[0], &[0]), expect("two_cpus", &[], &[0])]);
     }
 
     #[test]

@@ -107,7 +107,7 @@ pub fn optimize(graph: &[u8], device_type: &str, rewrites: &Rewrites<'_>) -> Res
             );
         }
         if edges.moved > 0 {
-            tracing::debug!("tfwasm: {} pass-through nodes on {device_type} moved to the CPU that reads or made their value", edges.moved);
+            tracing::debug!("tfwasm: {} variant return values made on the CPU are returned from there", edges.moved);
         }
         graph = edges.graph;
     }
