@@ -9,8 +9,13 @@
 //! sums), `inner > 1` accumulates whole rows of `inner` elements into the
 //! output (blocked for sums). Layouts with several reduced groups (e.g.
 //! axes 0 and 2 of `[a,b,c]`) reduce the innermost group into a scratch
-//! buffer and repeat. Large reductions run on the compute pool, split over
-//! outputs or, when there are few outputs, over the reduced dimension.
+//! buffer and repeat. Large reductions are split over outputs or, when
+//! there are few outputs, over the reduced dimension, and the calling thread
+//! computes pieces beside the pool (`pool::for_each_chunk_mut`): handing the
+//! whole reduction to the pool and sleeping until it is done cost two
+//! thread wake-ups, which made an eager `BiasAddGrad` of 128×512 take 48 µs
+//! instead of 41, and one of 1024×1024 141 µs instead of 97. The pieces
+//! are the same either way, so are the results, bit for bit.
 //!
 //! Semantics follow TensorFlow's CPU kernels: axes may be negative, must be
 //! in range and may not repeat; an empty axis list copies the input; a
@@ -19,7 +24,6 @@
 //! first index of the extreme value and skip NaN (as Eigen's tuple reducer
 //! does), and fail on an empty reduced dimension.
 
-use rayon::prelude::*;
 
 use super::pool;
 use super::shape::{element_count, ShapeDisplay};
@@ -418,19 +422,18 @@ fn reduce3<R: Reducer>(input: &[R::T], outer: usize, r: usize, inner: usize, out
             }
         } else if outer >= 2 * threads {
             let rows_per_task = (MIN_TASK_ELEMENTS / r).max(outer.div_ceil(threads * 4)).max(1);
-            pool::install(|| {
-                out.par_chunks_mut(rows_per_task).zip(input.par_chunks(rows_per_task * r)).for_each(|(o, rows)| {
-                    for (o, row) in o.iter_mut().zip(rows.chunks_exact(r)) {
-                        *o = R::reduce_slice(row);
-                    }
-                })
+            pool::for_each_chunk_mut(out, rows_per_task, |task, o| {
+                let rows = &input[task * rows_per_task * r..][..o.len() * r];
+                for (o, row) in o.iter_mut().zip(rows.chunks_exact(r)) {
+                    *o = R::reduce_slice(row);
+                }
             });
         } else {
             // Few long rows: split each row across the pool.
             let piece = r.div_ceil(threads * 2).max(MIN_TASK_ELEMENTS / 2).next_multiple_of(8);
+            let mut partials = vec![R::IDENTITY; r.div_ceil(piece)];
             for (o, row) in out.iter_mut().zip(input.chunks_exact(r)) {
-                let partials: Vec<R::T> =
-                    pool::install(|| row.par_chunks(piece).map(R::reduce_slice).collect());
+                pool::for_each_chunk_mut(&mut partials, 1, |i, p| p[0] = R::reduce_slice(&row[i * piece..((i + 1) * piece).min(r)]));
                 *o = R::reduce_slice(&partials);
             }
         }
@@ -443,42 +446,32 @@ fn reduce3<R: Reducer>(input: &[R::T], outer: usize, r: usize, inner: usize, out
         }
     } else if outer >= 2 * threads {
         let per_task = (MIN_TASK_ELEMENTS / plane).max(outer.div_ceil(threads * 4)).max(1);
-        pool::install(|| {
-            out.par_chunks_mut(per_task * inner).zip(input.par_chunks(per_task * plane)).for_each(|(o, blocks)| {
-                for (o, block) in o.chunks_exact_mut(inner).zip(blocks.chunks_exact(plane)) {
-                    reduce_columns::<R>(block, r, inner, o);
-                }
-            })
+        pool::for_each_chunk_mut(out, per_task * inner, |task, o| {
+            let blocks = &input[task * per_task * plane..][..o.len() / inner * plane];
+            for (o, block) in o.chunks_exact_mut(inner).zip(blocks.chunks_exact(plane)) {
+                reduce_columns::<R>(block, r, inner, o);
+            }
         });
     } else if inner >= 1024 * threads {
         // Wide rows: each task reduces a band of columns.
         let band = inner.div_ceil(threads * 2).next_multiple_of(16);
         for (o, block) in out.chunks_exact_mut(inner).zip(input.chunks_exact(plane)) {
-            pool::install(|| {
-                o.par_chunks_mut(band).enumerate().for_each(|(b, o)| {
-                    let start = b * band;
-                    reduce_column_band::<R>(block, r, inner, start, o);
-                })
-            });
+            pool::for_each_chunk_mut(o, band, |b, o| reduce_column_band::<R>(block, r, inner, b * band, o));
         }
     } else {
         // Many short rows: each task reduces a range of rows into a
         // partial row; the partials are combined at the end.
         let tasks = (threads * 2).min(r);
         let rows_per_task = r.div_ceil(tasks);
+        let mut partials = vec![R::IDENTITY; r.div_ceil(rows_per_task) * inner];
         for (o, block) in out.chunks_exact_mut(inner).zip(input.chunks_exact(plane)) {
-            let partials: Vec<Vec<R::T>> = pool::install(|| {
-                block
-                    .par_chunks(rows_per_task * inner)
-                    .map(|rows| {
-                        let mut partial = vec![R::IDENTITY; inner];
-                        reduce_columns::<R>(rows, rows.len() / inner, inner, &mut partial);
-                        partial
-                    })
-                    .collect()
+            partials.fill(R::IDENTITY);
+            pool::for_each_chunk_mut(&mut partials, inner, |task, partial| {
+                let rows = &block[task * rows_per_task * inner..((task + 1) * rows_per_task * inner).min(plane)];
+                reduce_columns::<R>(rows, rows.len() / inner, inner, partial);
             });
             o.fill(R::IDENTITY);
-            for partial in &partials {
+            for partial in partials.chunks_exact(inner) {
                 R::combine_rows(o, partial);
             }
         }
@@ -622,11 +615,7 @@ fn arg_reduce<I: Element>(
         work(out, input);
     } else {
         let per_task = (MIN_TASK_ELEMENTS / plane).max(outer.div_ceil(threads * 4)).max(1);
-        pool::install(|| {
-            out.par_chunks_mut(per_task * inner)
-                .zip(input.par_chunks(per_task * plane))
-                .for_each(|(o, blocks)| work(o, blocks));
-        });
+        pool::for_each_chunk_mut(out, per_task * inner, |task, o| work(o, &input[task * per_task * plane..][..o.len() / inner * plane]));
     }
     Ok(())
 }
@@ -769,6 +758,7 @@ mod tests {
         (&[40000, 3], &[0]),
         (&[2, 40000, 3], &[1]),
         (&[2, 17, 4000], &[1]),
+        (&[8, 100, 50], &[1]),
         (&[70, 700], &[0, 1]),
     ];
 
@@ -945,6 +935,7 @@ mod tests {
             (&[0, 3], 1),
             (&[300, 200], 1),
             (&[300, 200], 0),
+            (&[8, 100, 50], 1),
         ] {
             let len: usize = shape.iter().product();
             // Coarse values so ties happen.
