@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from test_training import SCRIPT, TIMEOUT, env_with_package
+from tfwasm_support import run_cases
 
 FUSED = "elementwise nodes into"
 
@@ -61,15 +62,9 @@ result("cases", json.dumps(out))
 """
 
 
-def run_program(run_tf, fuse: str):
-    done = run_tf(PROGRAM, env={"TFWASM_FUSE": fuse})
-    assert done.returncode == 0, done.describe()
-    return json.loads(done.results()["cases"]), done
-
-
 def test_fused_function_matches_unfused_and_cpu(run_tf):
-    fused, fused_run = run_program(run_tf, "1")
-    unfused, unfused_run = run_program(run_tf, "0")
+    fused, fused_run = run_cases(run_tf, PROGRAM, {"TFWASM_FUSE": "1"})
+    unfused, unfused_run = run_cases(run_tf, PROGRAM, {"TFWASM_FUSE": "0"})
     for i, case in fused.items():
         # The pass fused the tree; `sqrt` stays, the function returns it too.
         assert {"_TfwasmFusedElementwise", "Sqrt"} <= set(case["ran"]), f"case {i}: ran {case['ran']}"

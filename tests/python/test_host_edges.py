@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 
+from tfwasm_support import run_cases
+
 PROGRAM = """
 import json
 from tensorflow.python.eager import context
@@ -64,15 +66,9 @@ result("cases", json.dumps(out))
 """
 
 
-def run_program(run_tf, host_edges: str):
-    done = run_tf(PROGRAM, env={"TFWASM_HOST_EDGES": host_edges})
-    assert done.returncode == 0, done.describe()
-    return json.loads(done.results()["cases"]), done
-
-
 def test_cpu_edges_cross_in_host_memory_and_nothing_changes(run_tf):
-    marked, marked_run = run_program(run_tf, "1")
-    plain, plain_run = run_program(run_tf, "0")
+    marked, marked_run = run_cases(run_tf, PROGRAM, {"TFWASM_HOST_EDGES": "1"})
+    plain, plain_run = run_cases(run_tf, PROGRAM, {"TFWASM_HOST_EDGES": "0"})
     for i, case in marked.items():
         ops = {tuple(op) for op in case["ops"]}
         # On: every CPU input arrives in host memory on WASM, the sum leaves in it.
@@ -146,11 +142,7 @@ def test_an_optional_made_on_the_cpu_is_returned_there(run_tf):
     tensors through WASM memory, and the ``Identity`` nodes on WASM hand
     their values over in host memory; the values are right either way, on
     0-size, 1×1 and prime shapes."""
-    runs = {}
-    for flag in ("1", "0"):
-        done = run_tf(OPTIONAL_PROGRAM, env={"TFWASM_HOST_EDGES": flag})
-        assert done.returncode == 0, done.describe()
-        runs[flag] = json.loads(done.results()["cases"])
+    runs = {flag: run_cases(run_tf, OPTIONAL_PROGRAM, {"TFWASM_HOST_EDGES": flag})[0] for flag in ("1", "0")}
     for i, case in runs["1"].items():
         plain = runs["0"][i]
         assert (case["returned_on"], plain["returned_on"]) == ("CPU", "WASM"), f"case {i}: {case} / {plain}"

@@ -6,6 +6,7 @@ tfwasm_support import ...``); conftest.py holds the fixtures.
 
 from __future__ import annotations
 
+import json
 import os
 import site
 import sys
@@ -206,6 +207,15 @@ class TfRun:
                 key, _, value = line[len("RESULT "):].partition("=")
                 found[key.strip()] = value.strip()
         return found
+
+
+def run_cases(run_tf, program: str, env: dict) -> tuple[dict, TfRun]:
+    """Runs ``program`` with ``run_tf`` and ``env``; the program reports its
+    findings as ``result("cases", json.dumps(...))``. Returns them decoded,
+    with the run. A program that fails fails the calling test."""
+    done = run_tf(program, env=env)
+    assert done.returncode == 0, done.describe()
+    return json.loads(done.results()["cases"]), done
 
 
 def subprocess_env(extra: dict | None = None, policy_path: Path | None = None) -> dict[str, str]:
