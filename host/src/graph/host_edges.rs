@@ -102,7 +102,7 @@ pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, 
     let device = |index: usize| moved[index].unwrap_or(nodes[index].device);
     let on_cpu: Vec<bool> = (0..nodes.len()).map(|index| placed_on(device(index), "CPU")).collect();
     let markable: Vec<bool> = nodes.iter().map(|n| placed_on(n.device, device_type) && ours(n.op)).collect();
-    let passes_on: Vec<bool> = nodes.iter().map(|n| passes_on(n, device_type, preserve)).collect();
+    let passes_on: Vec<bool> = nodes.iter().map(|n| passes_on(n, device_type)).collect();
 
     let mut input_marks: Vec<Vec<u64>> = vec![Vec::new(); nodes.len()];
     // Per producer and output port: whether every reader so far is on a CPU.
@@ -171,11 +171,12 @@ fn parse_port(port: &[u8]) -> Option<u64> {
 }
 
 /// Whether `node` is TensorFlow's `Identity` of a plain tensor (not a
-/// handle or a variant, which stay with their makers) on our device, not
-/// one to preserve: its output may be marked like one of our kernels'.
-fn passes_on(node: &NodeFields<'_>, device_type: &str, preserve: Preserve<'_>) -> bool {
+/// handle or a variant, which stay with their makers) on our device: its
+/// output may be marked like one of our kernels' (and, like theirs, not
+/// when TensorFlow asks to preserve the node).
+fn passes_on(node: &NodeFields<'_>, device_type: &str) -> bool {
     let plain = !matches!(node.type_attr(b"T"), None | Some(DT_RESOURCE | DT_VARIANT));
-    node.op == b"Identity" && plain && placed_on(node.device, device_type) && !preserve(node.name)
+    node.op == b"Identity" && plain && placed_on(node.device, device_type)
 }
 
 /// The CPU device a `_Retval` of a variant on our device should move to:
