@@ -4,7 +4,8 @@
 //! - `TFWASM_POLICY`: the policy file (default: `tfwasm/device.toml` beside the plugin).
 //! - `TFWASM_GUEST`: the device guest, overriding the policy's `guest.path`.
 //! - `TFWASM_LOG`: log level (`error`, `warn`, `info`, `debug`, `trace`; default `warn`).
-//! - `TFWASM_FUSE`: `0` turns the graph pass's elementwise fusion off (default on).
+//! - `TFWASM_FUSE`: `0` turns the graph pass's elementwise fusion off, and
+//!   with it the rewrite of variable updates (default on).
 
 use std::ffi::{CStr, CString};
 use std::path::PathBuf;

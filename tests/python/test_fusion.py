@@ -20,6 +20,7 @@ from test_training import SCRIPT, TIMEOUT, env_with_package
 from tfwasm_support import run_cases
 
 FUSED = "elementwise nodes into"
+UPDATED = "become assignments of a sum"
 
 # Keras' Adam update `m·α / (√v + ε)`, an intermediate the function also
 # returns (it must survive, so the tree fuses around it), on odd shapes:
@@ -81,7 +82,8 @@ def test_fused_function_matches_unfused_and_cpu(run_tf):
 def test_adam_training_is_bit_identical_with_and_without_fusion(model, tmp_path):
     """Keras' MLP and CNN with Adam: the losses of a fused and an unfused run
     are the same floats (fusion reorders nothing), and the pass did fuse
-    (Adam's updates, each layer's BiasAdd with its activation)."""
+    (Adam's updates, each layer's BiasAdd with its activation) and made
+    Adam's `AssignAdd`/`AssignSub` updates assignments of fused sums."""
     env = env_with_package()
     env["TFWASM_LOG"] = "debug"
     fused, fused_out = run_with_stderr([str(SCRIPT), "--model", model, "--epochs", "2"], env, tmp_path)
@@ -93,6 +95,8 @@ def test_adam_training_is_bit_identical_with_and_without_fusion(model, tmp_path)
     assert fused["predict_sum"] == unfused["predict_sum"]
     counts = [line for line in fused_out.splitlines() if FUSED in line]
     assert counts, f"the {model}'s train step fused nothing"
+    # Adam's variable updates became assignments of fused sums.
+    assert any(UPDATED in line for line in fused_out.splitlines()), f"the {model}'s updates were not rewritten"
 
 
 def run_with_stderr(args, env, tmp_path):
@@ -193,3 +197,79 @@ def test_trees_inside_loops_and_branches_fuse_and_match_the_cpu(run_tf):
     results = done.results()
     assert int(results["fused"]) >= 2, done.describe()
     assert float(results["max_rel"]) <= 1e-5, done.describe()
+
+
+# Keras' Adam writes `m.assign_add((g - m)·c)` and `w.assign_sub(...)`; the
+# pass makes each an assignment of `m + (g - m)·c`, fused into one node.
+# Variables on WASM of odd shapes (empty, 1×1, primes); the expected values
+# are NumPy's float32 arithmetic, which rounds each operation as TensorFlow
+# does, so the bits must match. Then an update whose shape does not fit the
+# variable: an error, the variable unchanged, the process and the CPU fine.
+UPDATES = """
+import json
+from tensorflow.python.eager import context
+SHAPES = [(0,), (1, 1), (13, 17), (3, 257)]
+rng = np.random.default_rng(5)
+out = {}
+for i, shape in enumerate(SHAPES):
+    m0, w0, g = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+    c = np.float32(0.1)
+    with tf.device("/device:WASM:0"):
+        m = tf.Variable(m0)
+        w = tf.Variable(w0)
+
+    @tf.function
+    def step(g):
+        m.assign_add((g - m) * c)
+        w.assign_sub(m * 0.5)
+        m.assign_add(g)
+
+    context.context().enable_run_metadata()
+    with tf.device("/device:WASM:0"):
+        step(tf.constant(g))
+    graphs = context.context().export_run_metadata().function_graphs
+    context.context().disable_run_metadata()
+    m1 = m0 + (g - m0) * c
+    w1 = w0 - m1 * np.float32(0.5)
+    m2 = m1 + g
+    out[i] = {
+        "ran": sorted({n.op for gr in graphs for n in gr.post_optimization_graph.node if "device:WASM:" in n.device}),
+        "m": m.numpy().view(np.uint32).tolist(), "m_expected": m2.view(np.uint32).tolist(),
+        "w": w.numpy().view(np.uint32).tolist(), "w_expected": w1.view(np.uint32).tolist(),
+        "device": m.device,
+    }
+
+with tf.device("/device:WASM:0"):
+    v = tf.Variable(np.arange(3, dtype=np.float32))
+
+@tf.function(input_signature=[tf.TensorSpec(None, tf.float32)])
+def bad(x):
+    v.assign_add(x)
+
+try:
+    bad(tf.ones([2, 2]))
+    error = "none"
+except tf.errors.InvalidArgumentError as e:
+    error = type(e).__name__
+out["bad"] = {"error": error, "v": v.numpy().tolist(), "after": float(tf.add(1.0, 2.0).numpy())}
+result("cases", json.dumps(out))
+"""
+
+
+def test_variable_updates_fuse_into_assignments_with_the_same_bits(run_tf):
+    fused, fused_run = run_cases(run_tf, UPDATES, {"TFWASM_FUSE": "1"})
+    unfused, unfused_run = run_cases(run_tf, UPDATES, {"TFWASM_FUSE": "0"})
+    for mode, cases, run in (("fused", fused, fused_run), ("unfused", unfused, unfused_run)):
+        bad = cases.pop("bad")
+        # A value of the wrong shape fails in both modes and changes nothing.
+        assert bad == {"error": "InvalidArgumentError", "v": [0.0, 1.0, 2.0], "after": 3.0}, f"{mode}: {bad}"
+        for i, case in cases.items():
+            assert case["device"].endswith("WASM:0"), case["device"]
+            assert case["m"] == case["m_expected"], f"{mode} case {i}: m differs from NumPy"
+            assert case["w"] == case["w_expected"], f"{mode} case {i}: w differs from NumPy"
+    for i, case in fused.items():
+        # The updates became assignments of fused sums.
+        assert {"AssignVariableOp", "_TfwasmFusedElementwise"} <= set(case["ran"]), f"case {i}: ran {case['ran']}"
+        assert not {"AssignAddVariableOp", "AssignSubVariableOp"} & set(case["ran"]), f"case {i}: ran {case['ran']}"
+        # Turned off, TensorFlow's own updates run.
+        assert {"AssignAddVariableOp", "AssignSubVariableOp"} <= set(unfused[i]["ran"]), unfused_run.describe()

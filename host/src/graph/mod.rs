@@ -2,11 +2,14 @@
 //! device type (registered through `TF_InitGraph`, see `abi/graph.rs`).
 //!
 //! The pass works on the serialized GraphDef TensorFlow hands over and
-//! returns a serialized GraphDef. It makes three rewrites: [`xla`], calls
+//! returns a serialized GraphDef. It makes four rewrites: [`xla`], calls
 //! of `jit_compile=True` functions placed on our device run without XLA,
-//! which has no backend for a PluggableDevice; [`fuse`], trees of
-//! elementwise ops on our device become one node each; and [`host_edges`],
-//! tensors crossing between the CPU device and ours do so in host memory.
+//! which has no backend for a PluggableDevice; [`updates`], float32
+//! variable updates on our device become assignments of a sum, which
+//! [`fuse`] then takes into the tree of elementwise ops computing the
+//! update, as it makes every such tree on our device one node; and
+//! [`host_edges`], tensors crossing between the CPU device and ours do so
+//! in host memory.
 //! Input is untrusted: anything
 //! that is not valid wire format is a [`GraphError`], never a panic, and
 //! TensorFlow then keeps its original graph.
@@ -14,12 +17,14 @@
 //! - [`wire`]: a strict protobuf wire-format reader that yields byte ranges.
 //! - [`schema`]: the field numbers of the messages the passes touch.
 //! - [`xla`]: the `_XlaMustCompile` rewrite.
+//! - [`updates`]: `AssignAdd`/`AssignSubVariableOp` as assignments.
 //! - [`fuse`]: the elementwise fusion.
 //! - [`host_edges`]: the host-memory marks on cross-device edges.
 
 pub mod fuse;
 pub mod host_edges;
 pub mod schema;
+pub mod updates;
 pub mod wire;
 pub mod xla;
 
@@ -55,7 +60,8 @@ pub type Preserve<'a> = &'a dyn Fn(&[u8]) -> bool;
 pub struct Rewrites<'a> {
     /// The nodes TensorFlow needs kept (feeds, fetches), if it said.
     pub preserve: Option<Preserve<'a>>,
-    /// Fuse elementwise trees (needs `preserve`).
+    /// Fuse elementwise trees, variable updates included (needs
+    /// `preserve`).
     pub fuse: bool,
     /// Mark cross-device edges to cross in host memory (outputs only when
     /// `preserve` is known).
@@ -84,7 +90,15 @@ pub fn optimize(graph: &[u8], device_type: &str, rewrites: &Rewrites<'_>) -> Res
     }
     let mut graph = cleared.graph;
     if let (true, Some(preserve)) = (rewrites.fuse, rewrites.preserve) {
-        let fusion = fuse::fuse_elementwise(&graph, device_type, preserve)?;
+        let updates = updates::assign_updates(&graph, device_type)?;
+        if !updates.rewritten.is_empty() {
+            tracing::debug!(
+                "tfwasm: {} variable updates on {device_type} become assignments of a sum (first: {})",
+                updates.rewritten.len(),
+                updates.rewritten[0]
+            );
+        }
+        let fusion = fuse::fuse_elementwise(&updates.graph, device_type, preserve)?;
         if !fusion.roots.is_empty() {
             tracing::debug!(
                 "tfwasm: fused {} elementwise nodes into {} on {device_type} (first: {})",

@@ -151,6 +151,8 @@ pub fn put_attr(key: &[u8], attr_value: &[u8], node: &mut Vec<u8>) {
 pub enum NodeEdit {
     Keep,
     Replace(Vec<u8>),
+    /// Several nodes in the node's place.
+    Expand(Vec<Vec<u8>>),
     Remove,
 }
 
@@ -167,6 +169,7 @@ pub fn edit_nodes(graph: &[u8], edits: &[NodeEdit]) -> Result<Vec<u8>, GraphErro
         }
         match edits.get(node_index) {
             Some(NodeEdit::Replace(node)) => wire::put_bytes_field(GRAPH_NODE, node, &mut out),
+            Some(NodeEdit::Expand(nodes)) => nodes.iter().for_each(|node| wire::put_bytes_field(GRAPH_NODE, node, &mut out)),
             Some(NodeEdit::Remove) => {}
             Some(NodeEdit::Keep) | None => out.extend_from_slice(raw),
         }

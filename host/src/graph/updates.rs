@@ -1,0 +1,290 @@
+//! Turn a float32 variable update on our device into an assignment of a
+//! sum, which elementwise fusion ([`super::fuse`]) then takes into the tree
+//! that computes the update.
+//!
+//! `AssignAddVariableOp(v, x)` and `AssignSubVariableOp(v, x)` are
+//! TensorFlow's kernels. On our device they update the variable's buffer in
+//! place, on one thread, after copying it whenever a reader still holds it;
+//! Keras' Adam makes three of them per variable and step, each a full pass
+//! over the variable after the fused kernel that computed `x`. The pass
+//! rewrites each into
+//!
+//! ```text
+//! read  = ReadVariableOp(v, ^controls)      "<name>/tfwasm_read"
+//! value = AddV2(read, x) | Sub(read, x)     "<name>/tfwasm_value"
+//! <name> = AssignVariableOp(v, value, ^controls, validate_shape=true)
+//! ```
+//!
+//! so `v + x` joins `x`'s fused tree, and the assignment adopts the fused
+//! kernel's output buffer instead of copying it (TensorFlow forwards an
+//! input no one else holds). The update keeps its name, so every control
+//! edge on it still orders what it ordered. The sum is the same IEEE
+//! operation on the same operands, so the variable gets the same bits.
+//!
+//! What changes: the read and the assignment are two steps, where
+//! TensorFlow's update holds the variable's lock across both. Inside one
+//! function call, TensorFlow's automatic control dependencies already order
+//! every access to a variable, so nothing can come between them; two
+//! concurrent calls updating one variable may now interleave, as they may
+//! under XLA, which also reads variables at a cluster's start and writes
+//! them at its end. And an `x` whose shape differs from the variable's but
+//! broadcasts to it, which TensorFlow refuses, is broadcast (the assignment
+//! still refuses any other shape).
+//!
+//! Only updates placed on our device, with `dtype` float32 and no
+//! attribute TensorFlow's op does not define, are rewritten; if one of the
+//! new names is taken the update is left alone.
+
+use std::collections::HashSet;
+
+use super::schema::*;
+use super::wire;
+use super::xla::placed_on;
+use super::GraphError;
+
+/// Suffixes of the two nodes each rewritten update adds.
+pub const READ_SUFFIX: &str = "/tfwasm_read";
+pub const VALUE_SUFFIX: &str = "/tfwasm_value";
+
+/// The outcome of [`assign_updates`].
+#[derive(Debug)]
+pub struct Updates {
+    /// The rewritten graph (the input, unchanged, when nothing changed).
+    pub graph: Vec<u8>,
+    /// Names of the updates rewritten.
+    pub rewritten: Vec<String>,
+}
+
+/// Rewrites every float32 `AssignAddVariableOp` / `AssignSubVariableOp` on
+/// a device of type `device_type` in `graph` (a serialized GraphDef) as an
+/// `AssignVariableOp` of the variable's value plus (minus) the update.
+///
+/// Errors when the GraphDef or a NodeDef is not valid wire format.
+pub fn assign_updates(graph: &[u8], device_type: &str) -> Result<Updates, GraphError> {
+    let nodes = node_defs(graph)
+        .map(|node| node.and_then(|(node, at)| NodeFields::read(node).map(|fields| (node, fields)).map_err(|e| e.at(at))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut names: HashSet<Vec<u8>> = nodes.iter().map(|(_, fields)| fields.name.to_vec()).collect();
+
+    let mut edits: Vec<NodeEdit> = nodes.iter().map(|_| NodeEdit::Keep).collect();
+    let mut rewritten = Vec::new();
+    for (index, (node, fields)) in nodes.iter().enumerate() {
+        let combine: &[u8] = match fields.op {
+            b"AssignAddVariableOp" => b"AddV2",
+            b"AssignSubVariableOp" => b"Sub",
+            _ => continue,
+        };
+        let [handle, update] = fields.data_inputs().collect::<Vec<_>>()[..] else { continue };
+        let only_dtype = fields.attrs.iter().all(|(key, ..)| *key == b"dtype" || key.starts_with(b"_"));
+        if !placed_on(fields.device, device_type) || fields.type_attr(b"dtype") != Some(DT_FLOAT) || !only_dtype {
+            continue;
+        }
+        let read = [fields.name, READ_SUFFIX.as_bytes()].concat();
+        let value = [fields.name, VALUE_SUFFIX.as_bytes()].concat();
+        if names.contains(&read) || names.contains(&value) {
+            continue;
+        }
+        let controls: Vec<&[u8]> = fields.control_inputs().collect();
+
+        let read_node = new_node(&read, b"ReadVariableOp", &[&[handle], &controls[..]].concat(), fields.device, (b"dtype", DT_FLOAT));
+        let value_node = new_node(&value, combine, &[&read, update], fields.device, (b"T", DT_FLOAT));
+        let assign = assign_node(node, &[&[handle, &value[..]], &controls[..]].concat())?;
+        edits[index] = NodeEdit::Expand(vec![read_node, value_node, assign]);
+        rewritten.push(String::from_utf8_lossy(fields.name).into_owned());
+        names.insert(read);
+        names.insert(value);
+    }
+    if rewritten.is_empty() {
+        return Ok(Updates { graph: graph.to_vec(), rewritten });
+    }
+    Ok(Updates { graph: edit_nodes(graph, &edits)?, rewritten })
+}
+
+/// A NodeDef with one `type` attribute.
+fn new_node(name: &[u8], op: &[u8], inputs: &[&[u8]], device: &[u8], (key, dtype): (&[u8], u64)) -> Vec<u8> {
+    let mut node = Vec::new();
+    wire::put_bytes_field(NODE_NAME, name, &mut node);
+    wire::put_bytes_field(NODE_OP, op, &mut node);
+    for input in inputs {
+        wire::put_bytes_field(NODE_INPUT, input, &mut node);
+    }
+    wire::put_bytes_field(NODE_DEVICE, device, &mut node);
+    let mut value = Vec::new();
+    wire::put_varint_field(ATTR_VALUE_TYPE, dtype, &mut value);
+    put_attr(key, &value, &mut node);
+    node
+}
+
+/// The update `node` as an `AssignVariableOp` of `inputs` that checks the
+/// value's shape; every other field (name, device, attributes, debug
+/// info) is kept as it was.
+fn assign_node(node: &[u8], inputs: &[&[u8]]) -> Result<Vec<u8>, GraphError> {
+    let mut out = Vec::with_capacity(node.len() + 64);
+    let mut wrote_inputs = false;
+    for field in wire::raw_fields(node) {
+        let (field, raw) = field?;
+        match field.number {
+            NODE_OP => wire::put_bytes_field(NODE_OP, b"AssignVariableOp", &mut out),
+            NODE_INPUT if !wrote_inputs => {
+                for input in inputs {
+                    wire::put_bytes_field(NODE_INPUT, input, &mut out);
+                }
+                wrote_inputs = true;
+            }
+            NODE_INPUT => {}
+            _ => out.extend_from_slice(raw),
+        }
+    }
+    let mut validate = Vec::new();
+    wire::put_varint_field(ATTR_VALUE_B, 1, &mut validate);
+    put_attr(b"validate_shape", &validate, &mut out);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::schema::testing::{graph, CPU0, TRAILER, WASM0};
+
+    /// A NodeDef with `dtype: float` (or `dtype`) and the given extra
+    /// attribute keys (as float types).
+    fn update(name: &str, op: &str, inputs: &[&str], device: &str, dtype: u64, extra: &[&str]) -> Vec<u8> {
+        let mut n = Vec::new();
+        wire::put_bytes_field(NODE_NAME, name.as_bytes(), &mut n);
+        wire::put_bytes_field(NODE_OP, op.as_bytes(), &mut n);
+        for input in inputs {
+            wire::put_bytes_field(NODE_INPUT, input.as_bytes(), &mut n);
+        }
+        wire::put_bytes_field(NODE_DEVICE, device.as_bytes(), &mut n);
+        for key in std::iter::once(&"dtype").chain(extra) {
+            let mut value = Vec::new();
+            wire::put_varint_field(ATTR_VALUE_TYPE, if *key == "dtype" { dtype } else { DT_FLOAT }, &mut value);
+            put_attr(key.as_bytes(), &value, &mut n);
+        }
+        n
+    }
+
+    struct Decoded {
+        name: String,
+        op: String,
+        inputs: Vec<String>,
+        device: String,
+        attrs: Vec<(String, Option<wire::Field>)>,
+    }
+
+    fn decode(graph: &[u8]) -> Vec<Decoded> {
+        node_defs(graph)
+            .map(|node| {
+                let (node, _) = node.unwrap();
+                let f = NodeFields::read(node).unwrap();
+                let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+                Decoded {
+                    name: text(f.name),
+                    op: text(f.op),
+                    inputs: f.inputs.iter().map(|i| text(i)).collect(),
+                    device: text(f.device),
+                    attrs: f.attrs.iter().map(|(k, v, _)| (text(k), attr_value(v).unwrap())).collect(),
+                }
+            })
+            .collect()
+    }
+
+    fn varint(field: &Option<wire::Field>) -> Option<(u32, u64)> {
+        match field {
+            Some(wire::Field { number, value: wire::Value::Varint { value, .. } }) => Some((*number, *value)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn adam_updates_become_assignments_of_a_sum() {
+        let nodes = [
+            update("m_update", "AssignAddVariableOp", &["m_handle", "scaled", "^grad_ready", "^m_read"], WASM0, DT_FLOAT, &["_has_manual_control_dependencies"]),
+            update("w_update", "AssignSubVariableOp", &["w_handle:0", "step"], WASM0, DT_FLOAT, &[]),
+            update("after", "NoOp", &["^m_update", "^w_update"], WASM0, DT_FLOAT, &[]),
+        ];
+        let input = graph(&nodes);
+        let updates = assign_updates(&input, "WASM").unwrap();
+        assert_eq!(updates.rewritten, ["m_update", "w_update"]);
+        let out = decode(&updates.graph);
+        let names: Vec<_> = out.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["m_update/tfwasm_read", "m_update/tfwasm_value", "m_update", "w_update/tfwasm_read", "w_update/tfwasm_value", "w_update", "after"]);
+
+        let [read, value, assign] = &out[..3] else { unreachable!() };
+        // The read waits for what the update waited for.
+        assert_eq!(read.op, "ReadVariableOp");
+        assert_eq!(read.inputs, ["m_handle", "^grad_ready", "^m_read"]);
+        assert_eq!(varint(&read.attrs[0].1), Some((ATTR_VALUE_TYPE, DT_FLOAT)));
+        assert_eq!(value.op, "AddV2");
+        assert_eq!(value.inputs, ["m_update/tfwasm_read", "scaled"]);
+        assert_eq!((value.attrs[0].0.as_str(), varint(&value.attrs[0].1)), ("T", Some((ATTR_VALUE_TYPE, DT_FLOAT))));
+        assert_eq!(assign.op, "AssignVariableOp");
+        assert_eq!(assign.inputs, ["m_handle", "m_update/tfwasm_value", "^grad_ready", "^m_read"]);
+        // Its own attributes stay; the shape check is added.
+        let keys: Vec<_> = assign.attrs.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["dtype", "_has_manual_control_dependencies", "validate_shape"]);
+        assert_eq!(varint(&assign.attrs[2].1), Some((ATTR_VALUE_B, 1)));
+        assert!(out.iter().all(|n| n.device == WASM0));
+
+        assert_eq!(out[4].op, "Sub");
+        assert_eq!(out[4].inputs, ["w_update/tfwasm_read", "step"]);
+        assert_eq!(out[5].inputs, ["w_handle:0", "w_update/tfwasm_value"]);
+        // Untouched nodes and the rest of the GraphDef come through as they were.
+        assert!(updates.graph.windows(nodes[2].len()).any(|w| w == nodes[2].as_slice()));
+        assert!(updates.graph.ends_with(&input[input.len() - TRAILER..]));
+        // A second run finds nothing to do.
+        let again = assign_updates(&updates.graph, "WASM").unwrap();
+        assert!(again.rewritten.is_empty());
+        assert_eq!(again.graph, updates.graph);
+    }
+
+    #[test]
+    fn other_updates_are_left_alone() {
+        let cases = [
+            ("on the CPU", update("u", "AssignAddVariableOp", &["h", "x"], CPU0, DT_FLOAT, &[])),
+            ("int64", update("u", "AssignAddVariableOp", &["h", "x"], WASM0, 9, &[])),
+            ("unknown attribute", update("u", "AssignAddVariableOp", &["h", "x"], WASM0, DT_FLOAT, &["mode"])),
+            ("one input", update("u", "AssignSubVariableOp", &["h"], WASM0, DT_FLOAT, &[])),
+            ("an assignment already", update("u", "AssignVariableOp", &["h", "x"], WASM0, DT_FLOAT, &[])),
+        ];
+        for (case, node) in cases {
+            let input = graph(&[node]);
+            let updates = assign_updates(&input, "WASM").unwrap();
+            assert!(updates.rewritten.is_empty(), "{case}");
+            assert_eq!(updates.graph, input, "{case}");
+        }
+        // A taken name leaves that update alone.
+        let input = graph(&[
+            update("u", "AssignAddVariableOp", &["h", "x"], WASM0, DT_FLOAT, &[]),
+            update("u/tfwasm_value", "Neg", &["y"], WASM0, DT_FLOAT, &[]),
+        ]);
+        assert_eq!(assign_updates(&input, "WASM").unwrap().graph, input);
+    }
+
+    #[test]
+    fn fusion_takes_the_sum_into_the_update_tree() {
+        use crate::graph::fuse::fuse_elementwise;
+        use crate::graph::schema::testing::node;
+        // m += (g - m)·c, as Keras' Adam writes it.
+        let nodes = [
+            node("m", "ReadVariableOp", &["m_handle"], WASM0),
+            node("sub", "Sub", &["g", "m"], WASM0),
+            node("mul", "Mul", &["sub", "c"], WASM0),
+            update("m_update", "AssignAddVariableOp", &["m_handle", "mul"], WASM0, DT_FLOAT, &[]),
+        ];
+        let updates = assign_updates(&graph(&nodes), "WASM").unwrap();
+        let fusion = fuse_elementwise(&updates.graph, "WASM", &|_| false).unwrap();
+        assert_eq!(fusion.roots, ["m_update/tfwasm_value"]);
+        assert_eq!(fusion.fused_nodes, 3);
+        let out = decode(&fusion.graph);
+        let fused = out.iter().find(|n| n.name == "m_update/tfwasm_value").unwrap();
+        assert_eq!(fused.inputs, ["m_update/tfwasm_read", "g", "m", "c"]);
+    }
+
+    #[test]
+    fn malformed_graphs_are_errors() {
+        let mut bad = graph(&[update("u", "AssignAddVariableOp", &["h", "x"], WASM0, DT_FLOAT, &[])]);
+        bad.truncate(bad.len() - 3);
+        assert!(assign_updates(&bad, "WASM").is_err());
+    }
+}
