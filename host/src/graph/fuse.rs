@@ -214,24 +214,15 @@ fn same_tensor(a: &[u8], b: &[u8]) -> bool {
 /// The NodeDef of a group's fused node: the root's name and device, the
 /// group's inputs, then every member's control inputs (each once).
 fn fused_node(nodes: &[Node<'_>], root: usize, members: &[usize], inputs: &[&[u8]], program: &Program) -> Vec<u8> {
-    let mut node = Vec::new();
-    wire::put_bytes_field(NODE_NAME, nodes[root].name, &mut node);
-    wire::put_bytes_field(NODE_OP, fused::OP.as_bytes(), &mut node);
-    for input in inputs {
-        wire::put_bytes_field(NODE_INPUT, input, &mut node);
-    }
-    let mut controls: Vec<&[u8]> = Vec::new();
+    let mut all_inputs: Vec<&[u8]> = inputs.to_vec();
     for &member in members {
         for control in nodes[member].control_inputs() {
-            if !controls.contains(&control) {
-                controls.push(control);
+            if !all_inputs.contains(&control) {
+                all_inputs.push(control);
             }
         }
     }
-    for control in controls {
-        wire::put_bytes_field(NODE_INPUT, control, &mut node);
-    }
-    wire::put_bytes_field(NODE_DEVICE, nodes[root].device, &mut node);
+    let mut node = new_node_def(nodes[root].name, fused::OP.as_bytes(), &all_inputs, nodes[root].device);
     let mut attr = |key: &str, number: u32, value: AttrPayload<'_>| {
         let mut attr_value = Vec::new();
         match value {

@@ -139,6 +139,19 @@ pub fn input_source(input: &[u8]) -> (&[u8], Option<&[u8]>) {
     }
 }
 
+/// A NodeDef of `name`, `op`, `inputs` (data, then control) and `device`,
+/// without attributes (append them with [`put_attr`]).
+pub fn new_node_def(name: &[u8], op: &[u8], inputs: &[&[u8]], device: &[u8]) -> Vec<u8> {
+    let mut node = Vec::new();
+    wire::put_bytes_field(NODE_NAME, name, &mut node);
+    wire::put_bytes_field(NODE_OP, op, &mut node);
+    for input in inputs {
+        wire::put_bytes_field(NODE_INPUT, input, &mut node);
+    }
+    wire::put_bytes_field(NODE_DEVICE, device, &mut node);
+    node
+}
+
 /// Appends one `NodeDef.attr` map entry, `key: value` (AttrValue bytes).
 pub fn put_attr(key: &[u8], attr_value: &[u8], node: &mut Vec<u8>) {
     let mut entry = Vec::new();
@@ -186,15 +199,15 @@ pub mod testing {
     pub const WASM0: &str = "/job:localhost/replica:0/task:0/device:WASM:0";
     pub const CPU0: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
 
+    /// A NodeDef without attributes.
+    pub fn bare_node(name: &str, op: &str, inputs: &[&str], device: &str) -> Vec<u8> {
+        let inputs: Vec<&[u8]> = inputs.iter().map(|i| i.as_bytes()).collect();
+        new_node_def(name.as_bytes(), op.as_bytes(), &inputs, device.as_bytes())
+    }
+
     /// A NodeDef of `op` with `T: float`.
     pub fn node(name: &str, op: &str, inputs: &[&str], device: &str) -> Vec<u8> {
-        let mut n = Vec::new();
-        wire::put_bytes_field(NODE_NAME, name.as_bytes(), &mut n);
-        wire::put_bytes_field(NODE_OP, op.as_bytes(), &mut n);
-        for input in inputs {
-            wire::put_bytes_field(NODE_INPUT, input.as_bytes(), &mut n);
-        }
-        wire::put_bytes_field(NODE_DEVICE, device.as_bytes(), &mut n);
+        let mut n = bare_node(name, op, inputs, device);
         let mut float = Vec::new();
         wire::put_varint_field(ATTR_VALUE_TYPE, DT_FLOAT, &mut float);
         put_attr(b"T", &float, &mut n);

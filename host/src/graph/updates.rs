@@ -102,13 +102,7 @@ pub fn assign_updates(graph: &[u8], device_type: &str) -> Result<Updates, GraphE
 
 /// A NodeDef with one `type` attribute.
 fn new_node(name: &[u8], op: &[u8], inputs: &[&[u8]], device: &[u8], (key, dtype): (&[u8], u64)) -> Vec<u8> {
-    let mut node = Vec::new();
-    wire::put_bytes_field(NODE_NAME, name, &mut node);
-    wire::put_bytes_field(NODE_OP, op, &mut node);
-    for input in inputs {
-        wire::put_bytes_field(NODE_INPUT, input, &mut node);
-    }
-    wire::put_bytes_field(NODE_DEVICE, device, &mut node);
+    let mut node = new_node_def(name, op, inputs, device);
     let mut value = Vec::new();
     wire::put_varint_field(ATTR_VALUE_TYPE, dtype, &mut value);
     put_attr(key, &value, &mut node);
@@ -144,18 +138,12 @@ fn assign_node(node: &[u8], inputs: &[&[u8]]) -> Result<Vec<u8>, GraphError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::schema::testing::{graph, CPU0, TRAILER, WASM0};
+    use crate::graph::schema::testing::{bare_node, graph, CPU0, TRAILER, WASM0};
 
     /// A NodeDef with `dtype: float` (or `dtype`) and the given extra
     /// attribute keys (as float types).
     fn update(name: &str, op: &str, inputs: &[&str], device: &str, dtype: u64, extra: &[&str]) -> Vec<u8> {
-        let mut n = Vec::new();
-        wire::put_bytes_field(NODE_NAME, name.as_bytes(), &mut n);
-        wire::put_bytes_field(NODE_OP, op.as_bytes(), &mut n);
-        for input in inputs {
-            wire::put_bytes_field(NODE_INPUT, input.as_bytes(), &mut n);
-        }
-        wire::put_bytes_field(NODE_DEVICE, device.as_bytes(), &mut n);
+        let mut n = bare_node(name, op, inputs, device);
         for key in std::iter::once(&"dtype").chain(extra) {
             let mut value = Vec::new();
             wire::put_varint_field(ATTR_VALUE_TYPE, if *key == "dtype" { dtype } else { DT_FLOAT }, &mut value);
