@@ -1,6 +1,8 @@
 """Tensors cross between the CPU device and WASM in host memory.
 
 The graph pass marks the inputs of our kernels that come from CPU nodes
+(and the int32 side of every `Cast` of ours, so int32 stays in host memory
+between our kernels)
 (``_input_hostmem``), and the outputs only CPU nodes read
 (``_output_hostmem``). TensorFlow then partitions those edges into
 ``_HostRecv``/``_HostSend`` nodes that pass the tensor by reference instead
@@ -200,3 +202,66 @@ def test_keras_training_marks_the_batch_and_matches(run_tf):
     assert ("IteratorGetNext", "CPU") in ops and ("_HostRecv", "WASM") in ops and ("_HostSend", "WASM") in ops, sorted(ops)
     assert not {("_Recv", "WASM"), ("_Retval", "WASM")} & ops, sorted(ops)
     assert {("_Recv", "WASM"), ("_Retval", "WASM")} <= plain, sorted(plain)
+
+
+# int32 between our kernels: casts to and from int32 next to int32
+# arithmetic, the element count of a `reduce_mean` (a `Prod` of the shape,
+# cast to float), and its gradient in a custom training step, on odd shapes.
+INT32_PROGRAM = """
+import json
+from tensorflow.python.eager import context
+
+SHAPES = [(0, 5), (1, 1), (13, 17), (3, 257)]
+WASM = "/device:WASM:0"
+
+@tf.function
+def step(x):
+    with tf.device(WASM):
+        w = tf.ones_like(x) * 0.5
+        with tf.GradientTape() as tape:
+            tape.watch(w)
+            loss = tf.reduce_mean(x * w)
+        grad = tape.gradient(loss, w)
+        ints = tf.cast(x * 4.0, tf.int32) * 3 - 1
+        back = tf.cast(ints, tf.float32)
+        count = tf.cast(tf.reduce_prod(tf.shape(x)), tf.float32)
+    return grad, back, count
+
+rng = np.random.default_rng(11)
+out = {}
+for i, shape in enumerate(SHAPES):
+    with tf.device("/device:CPU:0"):
+        x = tf.constant(rng.standard_normal(shape).astype(np.float32))
+    context.context().enable_run_metadata()
+    grad, back, count = [t.numpy() for t in step(x)]
+    graphs = context.context().export_run_metadata().function_graphs
+    context.context().disable_run_metadata()
+    # Copies inside WASM: a send and a receive both on WASM.
+    inside = sorted(
+        n.op for g in graphs for p in g.partition_graphs for n in p.node
+        if n.op in ("_Send", "_Recv", "_HostSend", "_HostRecv")
+        and "WASM" in n.attr["send_device"].s.decode() and "WASM" in n.attr["recv_device"].s.decode()
+    )
+    xn = x.numpy()
+    out[i] = {
+        "inside": inside,
+        # d mean(x·w) / dw = x / N, as TensorFlow rounds it: x · (1 / N).
+        "grad": grad.shape == xn.shape and bool(np.allclose(grad, xn * (np.float32(1) / np.float32(max(xn.size, 1))), rtol=1e-6, atol=0)),
+        "back": bool(np.array_equal(back, ((xn * 4.0).astype(np.int32) * 3 - 1).astype(np.float32))),
+        "count": float(count) == float(xn.size),
+        "bits": [a.view(np.uint32).tolist() for a in (grad, back, np.asarray(count))],
+    }
+result("cases", json.dumps(out))
+"""
+
+
+def test_int32_stays_in_host_memory_between_our_kernels(run_tf):
+    marked, marked_run = run_cases(run_tf, INT32_PROGRAM, {"TFWASM_HOST_EDGES": "1"})
+    plain, plain_run = run_cases(run_tf, INT32_PROGRAM, {"TFWASM_HOST_EDGES": "0"})
+    for i, case in marked.items():
+        # On: no tensor is copied from WASM to WASM; off: the casts' int32
+        # edges go through the stream.
+        assert case["inside"] == [], f"case {i}: copies inside WASM {case['inside']}\n{marked_run.describe()}"
+        assert plain[i]["inside"], f"case {i}: expected copies inside WASM with the pass off\n{plain_run.describe()}"
+        assert case["grad"] and case["back"] and case["count"], f"case {i}: {case}"
+        assert case["bits"] == plain[i]["bits"], f"case {i}: results differ with the pass on and off"

@@ -33,7 +33,18 @@
 //!   the CPU reads it in place, which is sound because our device memory
 //!   is host memory.
 //!
-//! Edges between two nodes on our device are never touched: a host tensor
+//! - int32 crosses between our kernels in host memory. TensorFlow keeps an
+//!   int32 argument whose type comes from `T` (an `AddV2`, a `Prod` of
+//!   shape values) in host memory on a device like ours, but `Cast` types
+//!   its arguments with `SrcT` and `DstT`, which that rule misses: an int32
+//!   edge between a `Cast` and another kernel of ours crossed memory types,
+//!   and TensorFlow copied it through the stream, with an event, on every
+//!   call (a custom training loop's `reduce_mean` gradient casts the
+//!   element count, a `Prod`, to float each step). So a `Cast` from int32
+//!   takes its input in host memory, and one to int32 makes its output
+//!   there (unless TensorFlow asks to preserve the node).
+//!
+//! Edges between two nodes on our device are otherwise not touched: a host tensor
 //! feeding a device-memory input there would make TensorFlow insert a copy.
 //! Other kernels of TensorFlow's on our device (variable ops) are not
 //! marked, and neither is an `Identity` that a node on our device reads:
@@ -117,7 +128,7 @@ pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, 
             *readers_on_cpu[producer].entry(port).or_insert(true) &= on_cpu[consumer];
         }
     }
-    let output_marks: Vec<Vec<u64>> = readers_on_cpu
+    let mut output_marks: Vec<Vec<u64>> = readers_on_cpu
         .into_iter()
         .enumerate()
         .map(|(producer, ports)| {
@@ -129,6 +140,21 @@ pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, 
             marked
         })
         .collect();
+
+    // int32 stays in host memory between our kernels, as TensorFlow keeps
+    // an int32 argument typed by `T` there: a `Cast` to or from int32 says
+    // so for its int32 side (see the module docs).
+    for (index, node) in nodes.iter().enumerate() {
+        if !markable[index] || node.op != b"Cast" {
+            continue;
+        }
+        if node.type_attr(b"SrcT") == Some(DT_INT32) && !input_marks[index].contains(&0) {
+            input_marks[index].push(0);
+        }
+        if node.type_attr(b"DstT") == Some(DT_INT32) && !preserve(node.name) && !output_marks[index].contains(&0) {
+            output_marks[index].push(0);
+        }
+    }
 
     // A pass-through node that hands its value to the CPU in host memory
     // may take it in host memory too.
@@ -252,7 +278,18 @@ mod tests {
     }
 
     fn ours(op: &[u8]) -> bool {
-        matches!(op, b"MatMul" | b"AddV2" | b"Sum" | b"SparseSoftmaxCrossEntropyWithLogits")
+        matches!(op, b"MatMul" | b"AddV2" | b"Sum" | b"SparseSoftmaxCrossEntropyWithLogits" | b"Cast" | b"Prod")
+    }
+
+    /// A `Cast` from `src` to `dst` (DataType numbers).
+    fn cast(name: &str, input: &str, device: &str, src: u64, dst: u64) -> Vec<u8> {
+        let mut n = crate::graph::schema::testing::bare_node(name, "Cast", &[input], device);
+        for (key, dtype) in [(&b"SrcT"[..], src), (b"DstT", dst)] {
+            let mut value = Vec::new();
+            wire::put_varint_field(ATTR_VALUE_TYPE, dtype, &mut value);
+            put_attr(key, &value, &mut n);
+        }
+        n
     }
 
     fn keep_nothing(_: &[u8]) -> bool {
@@ -418,6 +455,36 @@ mod tests {
             typed(node("optional", "OptionalFromValue", &["identity"], CPU0), DT_VARIANT),
             typed(node("ret", "_Retval", &["optional"], WASM0), DT_VARIANT),
         ]
+    }
+
+    #[test]
+    fn int32_sides_of_casts_are_host_memory() {
+        // A `reduce_mean` gradient: the element count, an int32 `Prod`, cast
+        // to float; and a float cast to int32 for an int32 kernel.
+        let nodes = [
+            node("count", "Prod", &["shape", "axes"], WASM0),
+            cast("count_f", "count", WASM0, DT_INT32, DT_FLOAT),
+            cast("to_int", "x", WASM0, DT_FLOAT, DT_INT32),
+            node("twice", "AddV2", &["to_int", "to_int"], WASM0),
+            // Float to float, int64, and a preserved cast: no int32 side to mark.
+            cast("f2f", "x", WASM0, DT_FLOAT, DT_FLOAT),
+            cast("i64", "x", WASM0, DT_FLOAT, 9),
+            cast("fetched", "x", WASM0, DT_FLOAT, DT_INT32),
+            // On the CPU, TensorFlow's own business.
+            cast("cpu_cast", "count", CPU0, DT_INT32, DT_FLOAT),
+        ];
+        let edges = mark_host_edges(&graph(&nodes), "WASM", &|name: &[u8]| name == b"fetched", &ours).unwrap();
+        let found = marks(&edges.graph);
+        let of = |name: &str| found.iter().find(|(n, ..)| n == name).map(|(_, i, o)| (i.clone(), o.clone())).unwrap();
+        assert_eq!(of("count_f"), (vec![0], vec![]));
+        assert_eq!(of("to_int"), (vec![], vec![0]));
+        for untouched in ["count", "twice", "f2f", "i64", "fetched", "cpu_cast"] {
+            assert_eq!(of(untouched), (vec![], vec![]), "{untouched}");
+        }
+        assert_eq!((edges.inputs, edges.outputs), (1, 1));
+        // A second run keeps the marks as they are.
+        let again = mark_host_edges(&edges.graph, "WASM", &|name: &[u8]| name == b"fetched", &ours).unwrap();
+        assert_eq!(marks(&again.graph), found);
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub const ATTR_VALUE_TYPE: u32 = 6;
 
 /// `DataType.DT_FLOAT`.
 pub const DT_FLOAT: u64 = 1;
+/// `DataType.DT_INT32`.
+pub const DT_INT32: u64 = 3;
 /// `DataType.DT_RESOURCE`: a handle to a resource (a variable) that lives
 /// on one device.
 pub const DT_RESOURCE: u64 = 20;
