@@ -1,12 +1,12 @@
 """Tensors cross between the CPU device and WASM in host memory.
 
 The graph pass marks the inputs of our kernels that come from CPU nodes
-(and the int32 side of every `Cast` of ours, so int32 stays in host memory
-between our kernels)
 (``_input_hostmem``), and the outputs only CPU nodes read
 (``_output_hostmem``). TensorFlow then partitions those edges into
 ``_HostRecv``/``_HostSend`` nodes that pass the tensor by reference instead
-of copying it through the device's streams. Each case runs in a fresh
+of copying it through the device's streams. It also marks the int32 side
+of every ``Cast`` of ours, so int32 stays in host memory between our
+kernels instead of being copied from WASM to WASM. Each case runs in a fresh
 interpreter with the pass on (the default) and off (``TFWASM_HOST_EDGES=0``):
 the results must be the same bits, agree with NumPy, and the partition
 graphs must show which way the edges went.
