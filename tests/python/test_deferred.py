@@ -1,8 +1,9 @@
 """Deferred kernels against the real wheel.
 
-Products and convolutions are registered with ``TF_NewAsyncKernelBuilder``:
-an execution worth it (a product of at least 4M multiply-adds, a
-convolution with at least 256 KiB of inputs) moves TensorFlow's completion
+Products, convolutions and tfwasm's fused elementwise op are registered
+with ``TF_NewAsyncKernelBuilder``: an execution worth it (a product of at
+least 4M multiply-adds, a convolution or fused tree with at least 256 KiB
+of inputs) moves TensorFlow's completion
 callback (a ``std::function`` in TensorFlow's stack frame) out of the frame
 and finishes on the compute pool after the compute callback returned
 (``host/src/abi/ffi/done.rs``, ``abi::kernels::compute_kernel_async``).
@@ -15,7 +16,7 @@ inline path would prove nothing about the moved callback).
 """
 
 DEFERRED = "finishes on the compute pool"
-DEFERRED_OPS = ("MatMul", "BatchMatMulV2", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
+DEFERRED_OPS = ("MatMul", "BatchMatMulV2", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "_TfwasmFusedElementwise")
 
 PRODUCTS = """
 rng = np.random.default_rng(7)
@@ -72,6 +73,24 @@ with tf.device("/device:CPU:0"):
 for name, g, ref in zip(("conv", "conv_dx", "conv_dw"), got, want):
     close(name, g, np.asarray(ref, dtype=np.float64))
 result("conv_device", got[0].device)
+
+# Fused elementwise trees (the graph pass makes each one node): the two on
+# 301×257 inputs (≥ 256 KiB) are deferred, the one on 7×5 is not.
+u = rng.standard_normal((301, 257)).astype(np.float32)
+v = rng.standard_normal((301, 257)).astype(np.float32)
+s = rng.standard_normal((7, 5)).astype(np.float32)
+
+@tf.function(jit_compile=False)
+def trees(u, v, s):
+    with tf.device("/device:WASM:0"):
+        return tf.sqrt(tf.abs(u) + 1.0) * v, (u - v) * 0.5 + v, tf.abs(s) * 2.0 + 1.0
+
+p, q, r = [t.numpy() for t in trees(u, v, s)]
+one, half, two = np.float32(1), np.float32(0.5), np.float32(2)
+# Each step is one exactly rounded float32 operation, as NumPy's are.
+result("fused_p", bool(np.array_equal(p, np.sqrt(np.abs(u) + one) * v)))
+result("fused_q", bool(np.array_equal(q, (u - v) * half + v)))
+result("fused_r", bool(np.array_equal(r, np.abs(s) * two + one)))
 """
 
 
@@ -85,8 +104,17 @@ def test_deferred_products_and_convolutions_match_numpy_and_the_cpu(run_tf):
         assert found[key].endswith("device:WASM:0"), found
     # Each execution that reaches the mark logs once: x, y and the eager
     # product, the batched one, and the convolution with both backprops.
+    for name in ("fused_p", "fused_q", "fused_r"):
+        assert found.get(name) == "True", f"{name}: {found.get(name)}\n{run.describe()}"
     counts = {op: run.stderr.count(f"tfwasm: {op} {DEFERRED}") for op in DEFERRED_OPS}
-    assert counts == {"MatMul": 3, "BatchMatMulV2": 1, "Conv2D": 1, "Conv2DBackpropInput": 1, "Conv2DBackpropFilter": 1}, (
+    assert counts == {
+        "MatMul": 3,
+        "BatchMatMulV2": 1,
+        "Conv2D": 1,
+        "Conv2DBackpropInput": 1,
+        "Conv2DBackpropFilter": 1,
+        "_TfwasmFusedElementwise": 2,
+    }, (
         f"{counts}\n{run.describe()}"
     )
 
