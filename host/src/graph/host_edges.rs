@@ -284,11 +284,8 @@ mod tests {
     /// A `Cast` from `src` to `dst` (DataType numbers).
     fn cast(name: &str, input: &str, device: &str, src: u64, dst: u64) -> Vec<u8> {
         let mut n = crate::graph::schema::testing::bare_node(name, "Cast", &[input], device);
-        for (key, dtype) in [(&b"SrcT"[..], src), (b"DstT", dst)] {
-            let mut value = Vec::new();
-            wire::put_varint_field(ATTR_VALUE_TYPE, dtype, &mut value);
-            put_attr(key, &value, &mut n);
-        }
+        put_type_attr(b"SrcT", src, &mut n);
+        put_type_attr(b"DstT", dst, &mut n);
         n
     }
 
@@ -428,9 +425,7 @@ mod tests {
 
     /// `node` with its type attribute `T` set to `dtype`.
     fn typed(mut node: Vec<u8>, dtype: u64) -> Vec<u8> {
-        let mut value = Vec::new();
-        wire::put_varint_field(ATTR_VALUE_TYPE, dtype, &mut value);
-        put_attr(b"T", &value, &mut node);
+        put_type_attr(b"T", dtype, &mut node);
         node
     }
 

@@ -154,6 +154,13 @@ pub fn new_node_def(name: &[u8], op: &[u8], inputs: &[&[u8]], device: &[u8]) -> 
     node
 }
 
+/// Appends the `type` attribute `key: dtype` (a `DataType` number).
+pub fn put_type_attr(key: &[u8], dtype: u64, node: &mut Vec<u8>) {
+    let mut value = Vec::new();
+    wire::put_varint_field(ATTR_VALUE_TYPE, dtype, &mut value);
+    put_attr(key, &value, node);
+}
+
 /// Appends one `NodeDef.attr` map entry, `key: value` (AttrValue bytes).
 pub fn put_attr(key: &[u8], attr_value: &[u8], node: &mut Vec<u8>) {
     let mut entry = Vec::new();
@@ -210,9 +217,7 @@ pub mod testing {
     /// A NodeDef of `op` with `T: float`.
     pub fn node(name: &str, op: &str, inputs: &[&str], device: &str) -> Vec<u8> {
         let mut n = bare_node(name, op, inputs, device);
-        let mut float = Vec::new();
-        wire::put_varint_field(ATTR_VALUE_TYPE, DT_FLOAT, &mut float);
-        put_attr(b"T", &float, &mut n);
+        put_type_attr(b"T", DT_FLOAT, &mut n);
         n
     }
 

@@ -103,9 +103,7 @@ pub fn assign_updates(graph: &[u8], device_type: &str) -> Result<Updates, GraphE
 /// A NodeDef with one `type` attribute.
 fn new_node(name: &[u8], op: &[u8], inputs: &[&[u8]], device: &[u8], (key, dtype): (&[u8], u64)) -> Vec<u8> {
     let mut node = new_node_def(name, op, inputs, device);
-    let mut value = Vec::new();
-    wire::put_varint_field(ATTR_VALUE_TYPE, dtype, &mut value);
-    put_attr(key, &value, &mut node);
+    put_type_attr(key, dtype, &mut node);
     node
 }
 
@@ -144,10 +142,9 @@ mod tests {
     /// attribute keys (as float types).
     fn update(name: &str, op: &str, inputs: &[&str], device: &str, dtype: u64, extra: &[&str]) -> Vec<u8> {
         let mut n = bare_node(name, op, inputs, device);
-        for key in std::iter::once(&"dtype").chain(extra) {
-            let mut value = Vec::new();
-            wire::put_varint_field(ATTR_VALUE_TYPE, if *key == "dtype" { dtype } else { DT_FLOAT }, &mut value);
-            put_attr(key.as_bytes(), &value, &mut n);
+        put_type_attr(b"dtype", dtype, &mut n);
+        for key in extra {
+            put_type_attr(key.as_bytes(), DT_FLOAT, &mut n);
         }
         n
     }
