@@ -24,7 +24,6 @@
 //! first index of the extreme value and skip NaN (as Eigen's tuple reducer
 //! does), and fail on an empty reduced dimension.
 
-
 use super::pool;
 use super::shape::{element_count, ShapeDisplay};
 use super::tensor::TfBool;
