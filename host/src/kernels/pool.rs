@@ -25,7 +25,11 @@
 //! `TFWASM_COMPUTE_THREADS` overrides the size, e.g. to leave cores to a
 //! data pipeline or to pin down a benchmark.
 
-use std::sync::OnceLock;
+use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Condvar, Mutex};
 
 /// Environment variable that overrides the number of compute threads.
 pub const THREADS_ENV: &str = "TFWASM_COMPUTE_THREADS";
@@ -115,33 +119,163 @@ pub fn spawn<F: FnOnce() + Send + 'static>(work: F) -> Result<(), F> {
 /// one at a time, so a worker that wakes late simply takes fewer. On a
 /// two-core machine this cut the voluntary context switches of a Keras MLP
 /// step by 20–25%.
+///
+/// The caller never waits for a helper that has not started, and never runs
+/// unrelated pool jobs while it waits. Helpers are plain pool jobs: when the
+/// workers are busy with deferred kernels (a product can take milliseconds)
+/// a helper starts late or after the caller has taken every chunk, and then
+/// does nothing. A rayon scope would instead wait for every helper job to
+/// run, and a worker waiting in a scope runs other queued jobs on its own
+/// stack: a Keras MLP step's timeline showed a 20 µs `BiasAddGrad` taking
+/// 1.6 ms on the executor thread, and one product finishing only after a
+/// second, unrelated product had run inside its wait.
 pub fn for_each_chunk_mut<T, F>(out: &mut [T], chunk_len: usize, work: F)
 where
     T: Send,
     F: Fn(usize, &mut [T]) + Sync,
 {
-    let chunks = out.chunks_mut(chunk_len.max(1)).enumerate();
-    let count = chunks.len();
+    let chunk_len = chunk_len.max(1);
+    let len = out.len();
+    let count = len.div_ceil(chunk_len);
     let pool = match pool() {
         Some(pool) if count > 1 && pool.current_num_threads() > 1 => pool,
-        _ => return chunks.for_each(|(index, chunk)| work(index, chunk)),
+        _ => return out.chunks_mut(chunk_len).enumerate().for_each(|(index, chunk)| work(index, chunk)),
     };
-    let queue = parking_lot::Mutex::new(chunks);
-    let drain = || loop {
-        // Take the lock only to pick a chunk, never while computing it.
-        let next = queue.lock().next();
-        match next {
-            Some((index, chunk)) => work(index, chunk),
-            None => break,
-        }
+    let base = SharedOut(out.as_mut_ptr());
+    let run = move |index: usize| {
+        let start = index * chunk_len;
+        // SAFETY: `Chunks::claim` hands out each index below `count` once,
+        // so the chunks are disjoint and inside `out`; `out` is borrowed
+        // mutably for this whole call, and no chunk runs after it returns
+        // (`Chunks::close`).
+        let chunk = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), chunk_len.min(len - start)) };
+        work(index, chunk);
     };
-    let helpers = (pool.current_num_threads() - 1).min(count - 1);
-    pool.in_place_scope(|scope| {
-        for _ in 0..helpers {
-            scope.spawn(|_| drain());
+    let task: &(dyn Fn(usize) + Sync) = &run;
+    // SAFETY: only the lifetime is erased. A helper calls `task` only while
+    // counted active in `Chunks::help`, and `Chunks::close` (run below, also
+    // when the caller's own chunk panics) keeps any helper from becoming
+    // active and waits until none is; `run` lives until after that.
+    let task: &'static (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(task) };
+    let chunks = Arc::new(Chunks::new(count));
+    for _ in 0..(pool.current_num_threads() - 1).min(count - 1) {
+        let chunks = chunks.clone();
+        pool.spawn(move || chunks.help(task));
+    }
+    let closing = Closing(&chunks);
+    while let Some(index) = chunks.claim() {
+        run(index);
+    }
+    drop(closing);
+    let panic = chunks.state.lock().panic.take();
+    if let Some(panic) = panic {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The output pointer the chunks of one [`for_each_chunk_mut`] call are cut from.
+struct SharedOut<T>(*mut T);
+
+// Not derived: a derive would require `T: Copy`.
+impl<T> Clone for SharedOut<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for SharedOut<T> {}
+
+// SAFETY: each thread only touches the disjoint chunks it claimed, of a
+// `&mut [T]` with `T: Send` that outlives them (see `for_each_chunk_mut`).
+unsafe impl<T: Send> Send for SharedOut<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for SharedOut<T> {}
+
+impl<T> SharedOut<T> {
+    /// The address. A method (not `.0`) so closures capture the whole value.
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+/// The chunks of one [`for_each_chunk_mut`] call, shared with its helpers.
+struct Chunks {
+    next: AtomicUsize,
+    count: usize,
+    state: Mutex<Helpers>,
+    left: Condvar,
+}
+
+#[derive(Default)]
+struct Helpers {
+    /// Set when the caller has taken its last chunk: no helper enters after.
+    closed: bool,
+    /// Helpers inside `Chunks::help`, past the `closed` check.
+    active: usize,
+    /// The first panic of a helper's chunk, re-raised on the caller.
+    panic: Option<Box<dyn Any + Send>>,
+}
+
+impl Chunks {
+    fn new(count: usize) -> Self {
+        Chunks { next: AtomicUsize::new(0), count, state: Mutex::default(), left: Condvar::new() }
+    }
+
+    /// The next unclaimed chunk, once each.
+    fn claim(&self) -> Option<usize> {
+        let index = self.next.fetch_add(1, Ordering::Relaxed);
+        (index < self.count).then_some(index)
+    }
+
+    /// A helper job: computes chunks until none is left, unless the call is
+    /// already over.
+    fn help(&self, task: &(dyn Fn(usize) + Sync)) {
+        {
+            let mut state = self.state.lock();
+            if state.closed {
+                return;
+            }
+            state.active += 1;
         }
-        drain();
-    });
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            while let Some(index) = self.claim() {
+                task(index);
+            }
+        }));
+        let mut state = self.state.lock();
+        if let Err(panic) = outcome {
+            // Nobody takes another chunk; the caller re-raises this.
+            self.next.store(self.count, Ordering::Relaxed);
+            state.panic.get_or_insert(panic);
+        }
+        state.active -= 1;
+        if state.active == 0 {
+            self.left.notify_all();
+        }
+    }
+
+    /// Ends the call: no helper enters from now on, and this returns once
+    /// every helper that entered has left. Their writes happen before the
+    /// return (both sides hold `state`).
+    fn close(&self) {
+        let mut state = self.state.lock();
+        state.closed = true;
+        while state.active > 0 {
+            self.left.wait(&mut state);
+        }
+    }
+}
+
+/// Closes the call when dropped, also while the caller's own chunk unwinds.
+struct Closing<'a>(&'a Chunks);
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.next.store(self.0.count, Ordering::Relaxed);
+        }
+        self.0.close();
+    }
 }
 
 /// Calls `work(index)` for every index in `0..count`, shared between the
@@ -181,6 +315,60 @@ mod tests {
             });
             assert!(out.iter().enumerate().all(|(i, &v)| v == i), "len {len}, chunk {chunk_len}");
         }
+    }
+
+    #[test]
+    fn the_caller_does_every_chunk_while_the_workers_are_busy() {
+        // Every worker is inside a long job (as during a deferred product):
+        // the call must finish on the calling thread alone, not wait for a
+        // helper job that cannot start until the workers are free.
+        if threads() < 2 {
+            return;
+        }
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let blocked = Arc::new(Mutex::new(blocked));
+        let (started, workers_busy) = std::sync::mpsc::channel::<()>();
+        for _ in 0..threads() {
+            let (blocked, started) = (blocked.clone(), started.clone());
+            let busy = move || {
+                started.send(()).unwrap();
+                let _ = blocked.lock().recv();
+            };
+            assert!(spawn(busy).is_ok());
+        }
+        // Only the first worker to start holds the receiver's lock; the rest
+        // wait on it, so all are busy once each has started.
+        for _ in 0..threads() {
+            workers_busy.recv_timeout(std::time::Duration::from_secs(60)).expect("a worker starts its job");
+        }
+        let (finished, call_done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut out = vec![0usize; 64];
+            for_each_chunk_mut(&mut out, 4, |index, chunk| chunk.fill(index + 1));
+            finished.send(out).unwrap();
+        });
+        let outcome = call_done.recv_timeout(std::time::Duration::from_secs(60));
+        for _ in 0..threads() {
+            release.send(()).unwrap();
+        }
+        let out = outcome.expect("the call finished while every worker was busy");
+        assert!(out.iter().enumerate().all(|(i, &v)| v == i / 4 + 1));
+    }
+
+    #[test]
+    fn nested_calls_from_workers_visit_every_chunk() {
+        // A deferred kernel calls from a worker, and a chunk may call again.
+        let sums = install(|| {
+            let mut outer = vec![0usize; 16];
+            for_each_chunk_mut(&mut outer, 1, |index, slot| {
+                let mut inner = vec![0usize; 100];
+                for_each_chunk_mut(&mut inner, 7, |i, chunk| chunk.fill(i + index));
+                slot[0] = inner.iter().sum();
+            });
+            outer
+        });
+        let want = |index: usize| (0..100).map(|e| e / 7 + index).sum::<usize>();
+        assert!(sums.iter().enumerate().all(|(index, &sum)| sum == want(index)));
     }
 
     #[test]
