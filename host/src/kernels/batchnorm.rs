@@ -27,8 +27,6 @@
 //! Per-channel sums accumulate in f64 over row chunks spread on the pool;
 //! the elementwise passes run over contiguous rows of `depth` channels.
 
-use rayon::prelude::*;
-
 use super::pool;
 use super::shape::ShapeDisplay;
 use super::{expect_inputs, Attrs, DType, Kernel, KernelDef, OpContext, Tensor};
@@ -143,8 +141,13 @@ impl Rows {
             f(first, self.chunk.min(self.rest - first), &mut acc);
             acc
         };
-        let partials: Vec<Vec<f64>> =
-            if self.parallel { pool::install(|| (0..tasks).into_par_iter().map(run).collect()) } else { (0..tasks).map(run).collect() };
+        let partials: Vec<Vec<f64>> = if self.parallel {
+            let mut partials = vec![Vec::new(); tasks];
+            pool::for_each_chunk_mut(&mut partials, 1, |t, slot| slot[0] = run(t));
+            partials
+        } else {
+            (0..tasks).map(run).collect()
+        };
         let mut total = vec![0f64; size];
         for part in partials {
             for (t, p) in total.iter_mut().zip(part) {

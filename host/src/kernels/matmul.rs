@@ -525,10 +525,13 @@ impl BatchMatMulPlan {
         let per_matrix = m.saturating_mul(n).saturating_mul(k.max(1));
         let total = per_matrix.saturating_mul(self.pairs.len());
         if self.pairs.len() > 1 && per_matrix < PARALLEL_MIN_WORK && total >= PARALLEL_MIN_WORK / 4 && pool::threads() > 1 {
-            use rayon::prelude::*;
-            pool::install(|| {
-                out.par_chunks_mut(out_matrix).zip(self.pairs.par_iter()).try_for_each(|(dst, &pair)| one(pair, dst))
-            })
+            let failure = parking_lot::Mutex::new(None);
+            pool::for_each_chunk_mut(out, out_matrix, |i, dst| {
+                if let Err(error) = one(self.pairs[i], dst) {
+                    failure.lock().get_or_insert(error);
+                }
+            });
+            failure.into_inner().map_or(Ok(()), Err)
         } else {
             for (dst, &pair) in out.chunks_mut(out_matrix).zip(&self.pairs) {
                 one(pair, dst)?;

@@ -15,7 +15,6 @@
 
 use std::borrow::Cow;
 
-use rayon::prelude::*;
 
 use super::pool;
 use super::vmath::{exp_f32, in_wide_lanes};
@@ -252,12 +251,7 @@ fn xent(x: &[f32], y: &[f32], classes: usize, loss: &mut [f32], backprop: &mut [
         return;
     }
     let rows_per_task = (MIN_TASK_ELEMENTS / classes).max(rows.div_ceil(threads * 4)).max(1);
-    pool::install(|| {
-        loss.par_chunks_mut(rows_per_task)
-            .zip(backprop.par_chunks_mut(rows_per_task * classes))
-            .enumerate()
-            .for_each(|(i, (l, bp))| work(i * rows_per_task, l, bp));
-    });
+    pool::for_each_chunk_pair_mut(loss, rows_per_task, backprop, rows_per_task * classes, |i, l, bp| work(i * rows_per_task, l, bp));
 }
 
 // -------------------------------------- SparseSoftmaxCrossEntropyWithLogits
@@ -350,12 +344,7 @@ fn sparse_xent(x: &[f32], labels: &[usize], classes: usize, loss: &mut [f32], ba
         return;
     }
     let rows_per_task = (MIN_TASK_ELEMENTS / classes).max(rows.div_ceil(threads * 4)).max(1);
-    pool::install(|| {
-        loss.par_chunks_mut(rows_per_task)
-            .zip(backprop.par_chunks_mut(rows_per_task * classes))
-            .enumerate()
-            .for_each(|(i, (l, bp))| work(i * rows_per_task, l, bp));
-    });
+    pool::for_each_chunk_pair_mut(loss, rows_per_task, backprop, rows_per_task * classes, |i, l, bp| work(i * rows_per_task, l, bp));
 }
 
 #[cfg(test)]

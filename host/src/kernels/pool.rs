@@ -173,6 +173,39 @@ where
     }
 }
 
+/// Like [`for_each_chunk_mut`] over two outputs cut into the same number of
+/// chunks: `work(index, a_chunk, b_chunk)` (a kernel with two outputs, such
+/// as a loss and its gradient).
+///
+/// # Panics
+/// If the two outputs do not have the same number of chunks.
+pub fn for_each_chunk_pair_mut<A, B, F>(a: &mut [A], a_chunk: usize, b: &mut [B], b_chunk: usize, work: F)
+where
+    A: Send,
+    B: Send,
+    F: Fn(usize, &mut [A], &mut [B]) + Sync,
+{
+    let (a_chunk, b_chunk) = (a_chunk.max(1), b_chunk.max(1));
+    let count = a.len().div_ceil(a_chunk);
+    assert_eq!(count, b.len().div_ceil(b_chunk), "both outputs have the same number of chunks");
+    let (a_len, b_len) = (a.len(), b.len());
+    let (a_base, b_base) = (SharedOut(a.as_mut_ptr()), SharedOut(b.as_mut_ptr()));
+    for_each_index(count, |index| {
+        let (a_start, b_start) = (index * a_chunk, index * b_chunk);
+        // SAFETY: `for_each_index` runs each index below `count` once, so
+        // the chunks of each output are disjoint and inside it; both are
+        // borrowed mutably for this whole call, which returns only after
+        // every index has run.
+        let (a, b) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(a_base.get().add(a_start), a_chunk.min(a_len - a_start)),
+                std::slice::from_raw_parts_mut(b_base.get().add(b_start), b_chunk.min(b_len - b_start)),
+            )
+        };
+        work(index, a, b);
+    });
+}
+
 /// The output pointer the chunks of one [`for_each_chunk_mut`] call are cut from.
 struct SharedOut<T>(*mut T);
 
@@ -369,6 +402,17 @@ mod tests {
         });
         let want = |index: usize| (0..100).map(|e| e / 7 + index).sum::<usize>();
         assert!(sums.iter().enumerate().all(|(index, &sum)| sum == want(index)));
+    }
+
+    #[test]
+    fn pairs_of_outputs_are_cut_alike() {
+        let (mut loss, mut grad) = (vec![0usize; 10], vec![0usize; 30]);
+        for_each_chunk_pair_mut(&mut loss, 3, &mut grad, 9, |index, l, g| {
+            l.fill(index);
+            g.fill(index * 10);
+        });
+        assert_eq!(loss, [0, 0, 0, 1, 1, 1, 2, 2, 2, 3]);
+        assert!(grad.iter().enumerate().all(|(i, &v)| v == i / 9 * 10));
     }
 
     #[test]
