@@ -23,8 +23,6 @@
 
 mod pooling;
 
-use rayon::prelude::*;
-
 use super::pool;
 use super::shape::ShapeDisplay;
 use super::{expect_inputs, types, Attrs, DType, Kernel, KernelDef, OpContext};
@@ -580,9 +578,13 @@ impl ConvGeom {
         };
         let chunks = out.chunks_mut(pixels * oc).flat_map(|image| image.chunks_mut(tile * oc));
         if parallel {
-            let chunks: Vec<&mut [f32]> = chunks.collect();
-            pool::install(|| {
-                chunks.into_par_iter().enumerate().try_for_each_init(|| vec![0.0; tile * k], |s, item| task(item, s))
+            let mut chunks: Vec<&mut [f32]> = chunks.collect();
+            first_failure(|failed| {
+                pool::for_each_chunk_mut(&mut chunks, 1, |index, chunk| {
+                    if let Err(error) = task((index, &mut *chunk[0]), &mut vec![0.0; tile * k]) {
+                        failed(error);
+                    }
+                });
             })
         } else {
             let mut scratch = vec![0.0; tile * k];
@@ -618,11 +620,12 @@ impl ConvGeom {
         };
         let image_len = self.image_len();
         if parallel {
-            pool::install(|| {
-                dinput
-                    .par_chunks_mut(image_len)
-                    .enumerate()
-                    .try_for_each_init(|| vec![0.0; tile * k], |s, item| per_image(item, s))
+            first_failure(|failed| {
+                pool::for_each_chunk_mut(dinput, image_len, |image, dimage| {
+                    if let Err(error) = per_image((image, dimage), &mut vec![0.0; tile * k]) {
+                        failed(error);
+                    }
+                });
             })
         } else {
             let mut scratch = vec![0.0; tile * k];
@@ -675,7 +678,13 @@ impl ConvGeom {
             return group(0, dfilter);
         }
         let mut partials = vec![0.0f32; groups * k * oc];
-        pool::install(|| partials.par_chunks_mut(k * oc).enumerate().try_for_each(|(g, acc)| group(g, acc)))?;
+        first_failure(|failed| {
+            pool::for_each_chunk_mut(&mut partials, k * oc, |g, acc| {
+                if let Err(error) = group(g, acc) {
+                    failed(error);
+                }
+            });
+        })?;
         let (head, rest) = partials.split_at(k * oc);
         dfilter.copy_from_slice(head);
         for part in rest.chunks_exact(k * oc) {
@@ -756,6 +765,16 @@ impl ConvKernel {
         }
         Ok(())
     }
+}
+
+/// Runs `body` with a callback that records a failure, and returns the
+/// first one recorded (the tasks of a parallel loop report through it).
+fn first_failure(body: impl FnOnce(&(dyn Fn(Error) + Sync))) -> Result<(), Error> {
+    let failure = parking_lot::Mutex::new(None);
+    body(&|error| {
+        failure.lock().get_or_insert(error);
+    });
+    failure.into_inner().map_or(Ok(()), Err)
 }
 
 #[cfg(test)]
