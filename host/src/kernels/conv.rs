@@ -23,6 +23,8 @@
 
 mod pooling;
 
+use rayon::prelude::*;
+
 use super::pool;
 use super::shape::ShapeDisplay;
 use super::{expect_inputs, types, Attrs, DType, Kernel, KernelDef, OpContext};
@@ -578,13 +580,9 @@ impl ConvGeom {
         };
         let chunks = out.chunks_mut(pixels * oc).flat_map(|image| image.chunks_mut(tile * oc));
         if parallel {
-            let mut chunks: Vec<&mut [f32]> = chunks.collect();
-            first_failure(|failed| {
-                pool::for_each_chunk_mut(&mut chunks, 1, |index, chunk| {
-                    if let Err(error) = task((index, &mut *chunk[0]), &mut vec![0.0; tile * k]) {
-                        failed(error);
-                    }
-                });
+            let chunks: Vec<&mut [f32]> = chunks.collect();
+            pool::install(|| {
+                chunks.into_par_iter().enumerate().try_for_each_init(|| vec![0.0; tile * k], |s, item| task(item, s))
             })
         } else {
             let mut scratch = vec![0.0; tile * k];
@@ -620,12 +618,11 @@ impl ConvGeom {
         };
         let image_len = self.image_len();
         if parallel {
-            first_failure(|failed| {
-                pool::for_each_chunk_mut(dinput, image_len, |image, dimage| {
-                    if let Err(error) = per_image((image, dimage), &mut vec![0.0; tile * k]) {
-                        failed(error);
-                    }
-                });
+            pool::install(|| {
+                dinput
+                    .par_chunks_mut(image_len)
+                    .enumerate()
+                    .try_for_each_init(|| vec![0.0; tile * k], |s, item| per_image(item, s))
             })
         } else {
             let mut scratch = vec![0.0; tile * k];
@@ -678,13 +675,7 @@ impl ConvGeom {
             return group(0, dfilter);
         }
         let mut partials = vec![0.0f32; groups * k * oc];
-        first_failure(|failed| {
-            pool::for_each_chunk_mut(&mut partials, k * oc, |g, acc| {
-                if let Err(error) = group(g, acc) {
-                    failed(error);
-                }
-            });
-        })?;
+        pool::install(|| partials.par_chunks_mut(k * oc).enumerate().try_for_each(|(g, acc)| group(g, acc)))?;
         let (head, rest) = partials.split_at(k * oc);
         dfilter.copy_from_slice(head);
         for part in rest.chunks_exact(k * oc) {
@@ -765,16 +756,6 @@ impl ConvKernel {
         }
         Ok(())
     }
-}
-
-/// Runs `body` with a callback that records a failure, and returns the
-/// first one recorded (the tasks of a parallel loop report through it).
-fn first_failure(body: impl FnOnce(&(dyn Fn(Error) + Sync))) -> Result<(), Error> {
-    let failure = parking_lot::Mutex::new(None);
-    body(&|error| {
-        failure.lock().get_or_insert(error);
-    });
-    failure.into_inner().map_or(Ok(()), Err)
 }
 
 #[cfg(test)]
