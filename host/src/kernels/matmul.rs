@@ -58,21 +58,6 @@ pub const PARALLEL_MIN_WORK: usize = 64 * 128 * 192;
 /// split into independent blocks would repeat per block).
 pub const SPLIT_MAX_WORK: usize = 256 * 256 * 1024;
 
-/// The output pointer shared by the threads computing disjoint blocks.
-#[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
-// SAFETY: each thread writes a disjoint block of the output (see `run`);
-// the buffer outlives the parallel section, which joins before returning.
-unsafe impl Send for SharedOut {}
-// SAFETY: as above.
-unsafe impl Sync for SharedOut {}
-
-impl SharedOut {
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
 /// The attributes of a `MatMul` node that change the computation.
 /// (`grad_a`/`grad_b` only hint which gradient a node computes; they do not
 /// change the result and are not read.)
@@ -162,7 +147,7 @@ impl MatMulPlan {
             let out_at = rows.start * n + cols.start;
             (rows.len(), cols.len(), a_at, b_at, out_at)
         };
-        let out_ptr = SharedOut(out.as_mut_ptr());
+        let out_ptr = pool::SharedOut(out.as_mut_ptr());
         let multiply = |(rows, cols, a_at, b_at, out_at): (usize, usize, isize, isize, usize), parallelism| {
             // SAFETY: `a` holds m·k elements; for every block row i < rows
             // and p < k, op(a)[rows.start + i, p] lies at a_at + i·a_rs +

@@ -15,7 +15,6 @@
 
 use std::borrow::Cow;
 
-
 use super::pool;
 use super::vmath::{exp_f32, in_wide_lanes};
 use super::shape::{element_count, Broadcast, ShapeDisplay};

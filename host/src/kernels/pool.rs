@@ -206,8 +206,11 @@ where
     });
 }
 
-/// The output pointer the chunks of one [`for_each_chunk_mut`] call are cut from.
-struct SharedOut<T>(*mut T);
+/// An output pointer shared by the threads that write disjoint parts of it:
+/// the chunks of one [`for_each_chunk_mut`] call, a product's blocks.
+/// Making one is safe; every write through [`SharedOut::get`] is an
+/// `unsafe` block that must show its part is disjoint and alive.
+pub(crate) struct SharedOut<T>(pub(crate) *mut T);
 
 // Not derived: a derive would require `T: Copy`.
 impl<T> Clone for SharedOut<T> {
@@ -218,15 +221,16 @@ impl<T> Clone for SharedOut<T> {
 
 impl<T> Copy for SharedOut<T> {}
 
-// SAFETY: each thread only touches the disjoint chunks it claimed, of a
-// `&mut [T]` with `T: Send` that outlives them (see `for_each_chunk_mut`).
+// SAFETY: the pointer is only written through in `unsafe` blocks whose
+// callers give each thread a disjoint part of a `&mut [T]` (`T: Send`) that
+// outlives them (see `for_each_chunk_mut` and the product's blocks).
 unsafe impl<T: Send> Send for SharedOut<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Sync for SharedOut<T> {}
 
 impl<T> SharedOut<T> {
     /// The address. A method (not `.0`) so closures capture the whole value.
-    fn get(self) -> *mut T {
+    pub(crate) fn get(self) -> *mut T {
         self.0
     }
 }
