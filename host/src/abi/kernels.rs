@@ -20,7 +20,7 @@
 //! device full) keeps TensorFlow's error code, so Python still sees a
 //! `ResourceExhaustedError`.
 
-use std::any::Any;
+use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +32,8 @@ use super::{ffi_guard, ffi_guard_or};
 use crate::error::Error;
 use crate::kernels::shape::{element_count, Dims, ShapeDisplay};
 use super::ffi::done::DoneCallback;
-use crate::kernels::{fused, pool, Attrs, DType, Kernel, KernelDef, OpContext, Tensor, DEFER_MIN_INPUT_BYTES, DEFER_MIN_WORK};
+use crate::kernels::{fused, pool, Attrs, DType, Kernel, KernelDef, OpContext, Owner, Tensor, DEFER_MIN_INPUT_BYTES, DEFER_MIN_WORK};
+use smallvec::SmallVec;
 
 /// The registry, fixed for the process: `create_nth::<I>` builds entry `I`.
 fn definitions() -> &'static [KernelDef] {
@@ -545,6 +546,23 @@ impl Drop for TensorHandle {
     }
 }
 
+impl TensorHandle {
+    /// Hands the reference to a [`Tensor`]'s owner, which releases it.
+    fn into_owner(self) -> Owner {
+        let raw = std::mem::ManuallyDrop::new(self).0;
+        // SAFETY: `release_tensor` deletes a handle we own, once; TensorFlow
+        // releases a TF_Tensor from any thread.
+        unsafe { Owner::handle(raw.cast(), release_tensor) }
+    }
+}
+
+/// # Safety
+/// `handle` is a `TF_Tensor` we own, released once.
+unsafe fn release_tensor(handle: NonNull<c_void>) {
+    // SAFETY: per this function's contract.
+    unsafe { TF_DeleteTensor(handle.as_ptr().cast()) };
+}
+
 impl Context<'_> {
     fn check_output_index(&self, index: usize) -> Result<c_int, Error> {
         let count = self.num_outputs();
@@ -574,23 +592,32 @@ impl Context<'_> {
     }
 
     /// Wraps a handle TensorFlow gave us, checking its dtype, shape and
-    /// byte size.
-    fn wrap(&self, handle: TensorHandle, what: Slot, writable: bool) -> Result<Tensor, Error> {
+    /// byte size. `known` is the dtype and shape we asked TensorFlow for
+    /// (an output), which need not be read back.
+    fn wrap(&self, handle: TensorHandle, what: Slot, known: Option<(DType, &[usize])>) -> Result<Tensor, Error> {
         let raw = handle.0;
         let bad = |reason: String| Error::Internal(format!("{}: {what} {reason}", self.op));
-        // SAFETY: `raw` is a live handle we own (in `handle`).
-        let tf_type = unsafe { TF_TensorType(raw.as_ptr()) };
-        let dtype = from_tf_dtype(tf_type).ok_or_else(|| bad(format!("has TF_DataType {tf_type}, which tfwasm does not handle")))?;
-        // SAFETY: as above.
-        let rank = unsafe { TF_NumDims(raw.as_ptr()) };
-        let shape = (0..rank.max(0))
-            .map(|i| {
-                // SAFETY: `raw` is live and 0 <= i < TF_NumDims.
-                let dim = unsafe { TF_Dim(raw.as_ptr(), i) };
-                usize::try_from(dim).map_err(|_| bad(format!("has dimension {dim}")))
-            })
-            .collect::<Result<Dims, Error>>()?;
-        let len = element_count(&shape).ok_or_else(|| bad(format!("shape {} is too large", ShapeDisplay(&shape))))?;
+        let read;
+        let (dtype, shape) = match known {
+            Some(known) => known,
+            None => {
+                // SAFETY: `raw` is a live handle we own (in `handle`).
+                let tf_type = unsafe { TF_TensorType(raw.as_ptr()) };
+                let dtype =
+                    from_tf_dtype(tf_type).ok_or_else(|| bad(format!("has TF_DataType {tf_type}, which tfwasm does not handle")))?;
+                // SAFETY: as above.
+                let rank = unsafe { TF_NumDims(raw.as_ptr()) };
+                read = (0..rank.max(0))
+                    .map(|i| {
+                        // SAFETY: `raw` is live and 0 <= i < TF_NumDims.
+                        let dim = unsafe { TF_Dim(raw.as_ptr(), i) };
+                        usize::try_from(dim).map_err(|_| bad(format!("has dimension {dim}")))
+                    })
+                    .collect::<Result<Dims, Error>>()?;
+                (dtype, &read[..])
+            }
+        };
+        let len = element_count(shape).ok_or_else(|| bad(format!("shape {} is too large", ShapeDisplay(shape))))?;
         let mut data = None;
         if len > 0 {
             // SAFETY: `raw` is live.
@@ -604,14 +631,13 @@ impl Context<'_> {
             }
             data = Some(ptr);
         }
-        let owner: Box<dyn Any + Send> = Box::new(handle);
         // SAFETY: `data` points to at least `len * dtype.size()` bytes,
-        // aligned (checked above), kept alive by the handle in `owner`.
-        // Inputs are not written while the kernel runs; outputs come fresh
-        // from TF_AllocateOutput (we never ask TensorFlow to forward an
-        // input into them), so no one else reads them. Device memory is an
-        // anonymous mapping, so the bytes are initialised.
-        unsafe { Tensor::from_raw(dtype, &shape, data, writable, owner) }
+        // aligned (checked above), kept alive by the handle in the owner.
+        // Inputs are not written while the kernel runs; outputs (`known`)
+        // come fresh from TF_AllocateOutput (we never ask TensorFlow to
+        // forward an input into them), so no one else reads them. Device
+        // memory is an anonymous mapping, so the bytes are initialised.
+        unsafe { Tensor::from_raw(dtype, shape, data, known.is_some(), handle.into_owner()) }
     }
 }
 
@@ -628,7 +654,7 @@ impl OpContext for Context<'_> {
 
     fn input(&self, index: usize) -> Result<Tensor, Error> {
         let handle = self.input_handle(index)?;
-        self.wrap(handle, Slot::Input(index), false)
+        self.wrap(handle, Slot::Input(index), None)
     }
 
     fn output_dtype(&self, index: usize) -> Result<DType, Error> {
@@ -643,7 +669,7 @@ impl OpContext for Context<'_> {
         let dtype = self.output_dtype(index)?;
         let c_index = self.check_output_index(index)?;
         let too_large = || Error::InvalidArgument(format!("{}: output shape {} is too large", self.op, ShapeDisplay(shape)));
-        let dims = shape.iter().map(|&d| i64::try_from(d)).collect::<Result<Vec<i64>, _>>().map_err(|_| too_large())?;
+        let dims = shape.iter().map(|&d| i64::try_from(d)).collect::<Result<SmallVec<[i64; 8]>, _>>().map_err(|_| too_large())?;
         let bytes = element_count(shape).and_then(|n| n.checked_mul(dtype.size())).ok_or_else(too_large)?;
         let rank = c_int::try_from(dims.len()).map_err(|_| too_large())?;
         self.status.clear();
@@ -666,7 +692,7 @@ impl OpContext for Context<'_> {
         })?;
         let raw = NonNull::new(raw)
             .ok_or_else(|| Error::Internal(format!("{}: TensorFlow returned no output tensor", self.op)))?;
-        self.wrap(TensorHandle(raw), Slot::Output(index), true)
+        self.wrap(TensorHandle(raw), Slot::Output(index), Some((dtype, shape)))
     }
 
     fn forward_input(&self, input: usize, output: usize) -> Result<(), Error> {
@@ -679,7 +705,7 @@ impl OpContext for Context<'_> {
         // SAFETY: the handle is live.
         let (data, bytes) = unsafe { (TF_TensorData(handle.0.as_ptr()), TF_TensorByteSize(handle.0.as_ptr())) };
         if bytes > 0 && !super::stream_executor::in_device_memory(data.cast(), bytes as u64) {
-            let source = self.wrap(handle, Slot::Input(input), false)?;
+            let source = self.wrap(handle, Slot::Input(input), None)?;
             let mut copy = self.allocate_output(output, source.shape())?;
             let target = copy.bytes_mut()?;
             if target.len() != source.bytes().len() {
@@ -762,10 +788,11 @@ impl TfFailure {
     }
 }
 
-/// Runs `body` with a fresh status. On failure — our error, TensorFlow's, or
-/// a panic — the status describes it and `report` passes it to TensorFlow.
+/// Runs `body` with a status of this thread's (see [`SpareStatus`]). On
+/// failure — our error, TensorFlow's, or a panic — the status describes it
+/// and `report` passes it to TensorFlow.
 fn with_status<T>(body: impl FnOnce(&OwnedStatus) -> Result<T, Error>, report: impl FnOnce(*mut TF_Status)) -> Option<T> {
-    let status = match OwnedStatus::new() {
+    let status = match SpareStatus::take() {
         Ok(status) => status,
         Err(error) => {
             tracing::error!("{error}; cannot report a kernel failure to TensorFlow");
@@ -778,5 +805,32 @@ fn with_status<T>(body: impl FnOnce(&OwnedStatus) -> Result<T, Error>, report: i
     if outcome.is_none() {
         report(status.as_ptr());
     }
+    SpareStatus::put(status);
     outcome
+}
+
+/// One `TF_Status` per thread, kept between compute calls: creating and
+/// deleting one per call costs two allocations on every op. A call nested
+/// on the same thread (a kernel run inside another's wait) finds the spare
+/// taken and makes its own.
+struct SpareStatus;
+
+thread_local! {
+    static SPARE_STATUS: Cell<Option<OwnedStatus>> = const { Cell::new(None) };
+}
+
+impl SpareStatus {
+    fn take() -> Result<OwnedStatus, Error> {
+        match SPARE_STATUS.try_with(Cell::take) {
+            Ok(Some(status)) => Ok(status),
+            _ => OwnedStatus::new(),
+        }
+    }
+
+    /// Keeps `status`, cleared, for the next call on this thread.
+    fn put(status: OwnedStatus) {
+        status.clear();
+        // A thread that is exiting drops it instead.
+        let _ = SPARE_STATUS.try_with(|spare| spare.set(Some(status)));
+    }
 }

@@ -49,7 +49,7 @@ pub mod vmath;
 pub use binary::{BinaryOp, BinaryPlan};
 pub use matmul::{MatMulAttrs, MatMulPlan};
 pub use shape::{Broadcast, ShapeDisplay, ShapeError};
-pub use tensor::{Attrs, DType, Element, LocalContext, OpContext, Tensor, TfBool};
+pub use tensor::{Attrs, DType, Element, LocalContext, OpContext, Owner, Tensor, TfBool};
 
 use crate::error::Error;
 

@@ -126,7 +126,46 @@ pub struct Tensor {
     data: Option<NonNull<u8>>,
     writable: bool,
     /// Keeps the bytes alive: a TensorFlow handle or a local vector.
-    _owner: Box<dyn Any + Send>,
+    _owner: Owner,
+}
+
+/// What keeps a [`Tensor`]'s bytes alive.
+pub enum Owner {
+    /// A reference that `release` gives back when the tensor drops: a
+    /// TensorFlow `TF_Tensor`, held without a box of its own (a small op's
+    /// whole compute is a few microseconds; an allocation per tensor shows).
+    Handle { handle: NonNull<std::ffi::c_void>, release: unsafe fn(NonNull<std::ffi::c_void>) },
+    /// Any owned value: a vector, a shared buffer.
+    Value(Box<dyn Any + Send>),
+}
+
+impl Owner {
+    /// An owner that calls `release(handle)` once, when dropped.
+    ///
+    /// # Safety
+    /// `release(handle)` must be sound to call exactly once, from any
+    /// thread, at any time before the handle's library is unloaded.
+    pub unsafe fn handle(handle: NonNull<std::ffi::c_void>, release: unsafe fn(NonNull<std::ffi::c_void>)) -> Owner {
+        Owner::Handle { handle, release }
+    }
+
+    /// An owner that keeps `value`.
+    pub fn value(value: impl Any + Send) -> Owner {
+        Owner::Value(Box::new(value))
+    }
+}
+
+// SAFETY: a `Handle` may be released from any thread (the contract of
+// `Owner::handle`); a `Value` is `Send`.
+unsafe impl Send for Owner {}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        if let Owner::Handle { handle, release } = *self {
+            // SAFETY: per `Owner::handle`, sound once; drop runs once.
+            unsafe { release(handle) };
+        }
+    }
 }
 
 // SAFETY: a `Tensor` owns (a reference on) its buffer through `_owner`,
@@ -155,7 +194,7 @@ impl Tensor {
         shape: &[usize],
         data: Option<NonNull<u8>>,
         writable: bool,
-        owner: Box<dyn Any + Send>,
+        owner: Owner,
     ) -> Result<Self, Error> {
         let len = element_count(shape)
             .ok_or_else(|| Error::Internal(format!("tensor shape {} is too large", ShapeDisplay(shape))))?;
@@ -179,7 +218,7 @@ impl Tensor {
         let data = NonNull::new(values.as_mut_ptr().cast::<u8>());
         // SAFETY: the boxed slice holds `len` initialised `T`s, aligned, and
         // moves into `_owner` without moving its heap buffer.
-        unsafe { Tensor::from_raw(T::DTYPE, shape, data, true, Box::new(values)) }
+        unsafe { Tensor::from_raw(T::DTYPE, shape, data, true, Owner::value(values)) }
     }
 
     /// A zero-filled tensor.
@@ -399,7 +438,7 @@ impl LocalContext {
             LocalOutput::Allocated { dtype, shape, buffer } => {
                 // SAFETY: the buffer holds the bytes of `shape` (allocated
                 // for it), aligned to 8, and the kernel is done writing.
-                unsafe { Tensor::from_raw(*dtype, shape, Some(buffer.ptr()), false, Box::new(Arc::clone(buffer))) }
+                unsafe { Tensor::from_raw(*dtype, shape, Some(buffer.ptr()), false, Owner::value(Arc::clone(buffer))) }
                     .ok()
             }
         }
@@ -425,7 +464,7 @@ impl OpContext for LocalContext {
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), buffer.ptr().as_ptr(), bytes) };
         }
         // SAFETY: the fresh buffer holds the copied bytes, aligned to 8.
-        unsafe { Tensor::from_raw(tensor.dtype, &tensor.shape, Some(buffer.ptr()), false, Box::new(buffer)) }
+        unsafe { Tensor::from_raw(tensor.dtype, &tensor.shape, Some(buffer.ptr()), false, Owner::value(buffer)) }
     }
 
     fn output_dtype(&self, index: usize) -> Result<DType, Error> {
@@ -439,7 +478,7 @@ impl OpContext for LocalContext {
         let tensor =
             // SAFETY: a fresh buffer of the output's bytes, aligned to 8;
             // the context reads it only after the kernel returns.
-            unsafe { Tensor::from_raw(dtype, shape, Some(buffer.ptr()), true, Box::new(Arc::clone(&buffer)))? };
+            unsafe { Tensor::from_raw(dtype, shape, Some(buffer.ptr()), true, Owner::value(Arc::clone(&buffer)))? };
         self.outputs.borrow_mut()[index] = Some(LocalOutput::Allocated { dtype, shape: shape.to_vec(), buffer });
         Ok(tensor)
     }
