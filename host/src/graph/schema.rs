@@ -1,36 +1,39 @@
-//! Field numbers of the GraphDef messages the passes read and write, from
-//! TensorFlow's `framework/{graph,node_def,attr_value,types}.proto`.
+//! Field numbers of the graph messages the passes read and write. They are
+//! generated from `proto/graph.proto` by `host/build.rs`; the names below
+//! are the ones the passes use.
+
+#[allow(dead_code)]
+mod generated {
+    include!(concat!(env!("OUT_DIR"), "/graph_schema.rs"));
+}
+use generated::{attr_value as attr, data_type, graph_def, node_def};
 
 /// `GraphDef.node` (repeated NodeDef).
-pub const GRAPH_NODE: u32 = 1;
+pub const GRAPH_NODE: u32 = graph_def::NODE;
 
-pub const NODE_NAME: u32 = 1;
-pub const NODE_OP: u32 = 2;
+pub const NODE_NAME: u32 = node_def::NAME;
+pub const NODE_OP: u32 = node_def::OP;
 /// `NodeDef.input` (repeated string): `name`, `name:port` or `^name` (a
 /// control input, after all data inputs).
-pub const NODE_INPUT: u32 = 3;
-pub const NODE_DEVICE: u32 = 4;
-/// `NodeDef.attr`: map entries of `key` (1) and `value` (2, an AttrValue).
-pub const NODE_ATTR: u32 = 5;
-pub const MAP_KEY: u32 = 1;
-pub const MAP_VALUE: u32 = 2;
+pub const NODE_INPUT: u32 = node_def::INPUT;
+pub const NODE_DEVICE: u32 = node_def::DEVICE;
+/// `NodeDef.attr`: map entries of `key` and `value` (an AttrValue).
+pub const NODE_ATTR: u32 = node_def::ATTR;
+pub const MAP_KEY: u32 = node_def::attr_entry::KEY;
+pub const MAP_VALUE: u32 = node_def::attr_entry::VALUE;
 
 /// `AttrValue` is one oneof: the last field on the wire is the value.
-pub const ATTR_VALUE_S: u32 = 2;
-pub const ATTR_VALUE_I: u32 = 3;
-pub const ATTR_VALUE_B: u32 = 5;
-pub const ATTR_VALUE_TYPE: u32 = 6;
+pub const ATTR_VALUE_S: u32 = attr::S;
+pub const ATTR_VALUE_I: u32 = attr::I;
+pub const ATTR_VALUE_B: u32 = attr::B;
+pub const ATTR_VALUE_TYPE: u32 = attr::TYPE;
 
-/// `DataType.DT_FLOAT`.
-pub const DT_FLOAT: u64 = 1;
-/// `DataType.DT_INT32`.
-pub const DT_INT32: u64 = 3;
-/// `DataType.DT_RESOURCE`: a handle to a resource (a variable) that lives
-/// on one device.
-pub const DT_RESOURCE: u64 = 20;
-/// `DataType.DT_VARIANT`: a host object (an `Optional`, a `TensorList`)
-/// no C-API kernel can read.
-pub const DT_VARIANT: u64 = 21;
+pub const DT_FLOAT: u64 = data_type::DT_FLOAT;
+pub const DT_INT32: u64 = data_type::DT_INT32;
+/// A handle to a resource (a variable) that lives on one device.
+pub const DT_RESOURCE: u64 = data_type::DT_RESOURCE;
+/// A host object (an `Optional`, a `TensorList`) no C-API kernel can read.
+pub const DT_VARIANT: u64 = data_type::DT_VARIANT;
 
 use super::wire;
 use super::GraphError;
@@ -71,8 +74,8 @@ pub fn attr_value(value: &[u8]) -> Result<Option<wire::Field>, GraphError> {
 }
 
 /// `AttrValue.list` (a ListValue) and `ListValue.i` (packed int64s).
-pub const ATTR_VALUE_LIST: u32 = 1;
-pub const LIST_VALUE_I: u32 = 3;
+pub const ATTR_VALUE_LIST: u32 = attr::LIST;
+pub const LIST_VALUE_I: u32 = attr::list_value::I;
 
 /// The fields of one NodeDef the passes read, borrowed from its bytes.
 pub struct NodeFields<'g> {
