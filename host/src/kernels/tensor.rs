@@ -491,3 +491,47 @@ impl OpContext for LocalContext {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// An owner that counts its releases in `counter` (one per test: tests
+    /// run in parallel).
+    macro_rules! counting_owner {
+        ($counter:ident) => {{
+            static $counter: AtomicUsize = AtomicUsize::new(0);
+            unsafe fn release(_: NonNull<std::ffi::c_void>) {
+                $counter.fetch_add(1, Ordering::SeqCst);
+            }
+            // SAFETY: the release only counts.
+            (unsafe { Owner::handle(NonNull::dangling(), release) }, &$counter)
+        }};
+    }
+
+    #[test]
+    fn a_handle_owner_is_released_once_when_its_tensor_drops() {
+        let (owner, released) = counting_owner!(RELEASED);
+        let mut values = [1.0f32, 2.0, 3.0];
+        let data = NonNull::new(values.as_mut_ptr().cast::<u8>());
+        // SAFETY: three aligned f32s that outlive the tensor and that
+        // nothing else touches meanwhile.
+        let tensor = unsafe { Tensor::from_raw(DType::F32, &[3], data, false, owner) }.unwrap();
+        assert_eq!(tensor.data::<f32>().unwrap(), &[1.0, 2.0, 3.0]);
+        assert_eq!(released.load(Ordering::SeqCst), 0);
+        drop(tensor);
+        assert_eq!(released.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_tensor_refused_by_from_raw_still_releases_its_owner() {
+        let (owner, released) = counting_owner!(RELEASED);
+        // Four elements but no data: refused.
+        // SAFETY: no data is read.
+        let refused = unsafe { Tensor::from_raw(DType::F32, &[4], None, false, owner) };
+        assert!(refused.is_err());
+        assert_eq!(released.load(Ordering::SeqCst), 1);
+    }
+}
