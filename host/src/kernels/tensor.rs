@@ -129,14 +129,17 @@ pub struct Tensor {
     _owner: Owner,
 }
 
-/// What keeps a [`Tensor`]'s bytes alive.
-pub enum Owner {
+/// What keeps a [`Tensor`]'s bytes alive. Built only through
+/// [`Owner::handle`] (unsafe: its release runs on drop) or [`Owner::value`].
+pub struct Owner(Kept);
+
+enum Kept {
     /// A reference that `release` gives back when the tensor drops: a
     /// TensorFlow `TF_Tensor`, held without a box of its own (a small op's
     /// whole compute is a few microseconds; an allocation per tensor shows).
     Handle { handle: NonNull<std::ffi::c_void>, release: unsafe fn(NonNull<std::ffi::c_void>) },
-    /// Any owned value: a vector, a shared buffer.
-    Value(Box<dyn Any + Send>),
+    /// Any owned value: a vector, a shared buffer (held only to be dropped).
+    Value(#[allow(dead_code)] Box<dyn Any + Send>),
 }
 
 impl Owner {
@@ -146,22 +149,22 @@ impl Owner {
     /// `release(handle)` must be sound to call exactly once, from any
     /// thread, at any time before the handle's library is unloaded.
     pub unsafe fn handle(handle: NonNull<std::ffi::c_void>, release: unsafe fn(NonNull<std::ffi::c_void>)) -> Owner {
-        Owner::Handle { handle, release }
+        Owner(Kept::Handle { handle, release })
     }
 
     /// An owner that keeps `value`.
     pub fn value(value: impl Any + Send) -> Owner {
-        Owner::Value(Box::new(value))
+        Owner(Kept::Value(Box::new(value)))
     }
 }
 
 // SAFETY: a `Handle` may be released from any thread (the contract of
-// `Owner::handle`); a `Value` is `Send`.
+// `Owner::handle`, its only constructor); a `Value` is `Send`.
 unsafe impl Send for Owner {}
 
 impl Drop for Owner {
     fn drop(&mut self) {
-        if let Owner::Handle { handle, release } = *self {
+        if let Kept::Handle { handle, release } = self.0 {
             // SAFETY: per `Owner::handle`, sound once; drop runs once.
             unsafe { release(handle) };
         }
