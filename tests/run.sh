@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every test: build and install (host/scripts/setup.sh), then
+# Every test: check formatting (cargo fmt, rustfmt.toml), build and install
+# (host/scripts/setup.sh), then
 #   1. cargo test --release -p tfwasm            host unit tests + tests/rust (integration,
 #                                                incl. the C-layout check against the wheel's headers)
 #   2. cargo test -p tfwasm-reference-device     the reference guest's own unit tests, natively
@@ -27,6 +28,12 @@ run() {
     printf '\n==> %s\n' "$current"
     "$@" 2>&1 | tee "$log_dir/$current.log"
 }
+
+# Formatting first: it takes a second, and a diff is the cheapest failure to fix.
+if ! cargo fmt --version >/dev/null 2>&1; then
+    rustup component add rustfmt
+fi
+run "format" cargo fmt --all -- --check
 
 bash host/scripts/setup.sh
 

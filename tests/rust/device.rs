@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tfwasm::device::{ALIGNMENT, Platform};
+use tfwasm::device::{Platform, ALIGNMENT};
 use tfwasm::sandbox::{EventStatus, WorkKind};
 use tfwasm::Error;
 
@@ -165,10 +165,17 @@ fn timers_measure_the_work_between_markers() {
     let s = device.create_stream().unwrap();
     let timer = device.create_timer().unwrap();
     device.mark_timer(s, timer, true).unwrap();
-    device.submit(s, WorkKind::CopyDeviceToDevice, Box::new(|| {
-        std::thread::sleep(Duration::from_millis(20));
-        Ok(())
-    }), None).unwrap();
+    device
+        .submit(
+            s,
+            WorkKind::CopyDeviceToDevice,
+            Box::new(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                Ok(())
+            }),
+            None,
+        )
+        .unwrap();
     device.mark_timer(s, timer, false).unwrap();
     device.block_until_done(s).unwrap();
     let ns = device.timer_nanoseconds(timer).unwrap();
@@ -230,7 +237,12 @@ fn compiled_guests_are_cached_by_content_and_engine() {
 
 // ------------------------------------------------------------- recycling
 
-fn recycling_device(name: &str, path: std::path::PathBuf, memory: u64, options: &[(&str, &str)]) -> Arc<tfwasm::device::Device> {
+fn recycling_device(
+    name: &str,
+    path: std::path::PathBuf,
+    memory: u64,
+    options: &[(&str, &str)],
+) -> Arc<tfwasm::device::Device> {
     let mut policy = policy(name, path, memory, options);
     policy.device.recycle_bytes = memory;
     device(&policy)
@@ -240,7 +252,8 @@ fn recycling_device(name: &str, path: std::path::PathBuf, memory: u64, options: 
 fn a_kept_block_is_reused_without_asking_the_guest() {
     // The hostile guest traps on every allocate after the first, so any
     // allocation after that which succeeds was served by the host.
-    let device = recycling_device("hostile-device", hostile_guest(), 16 << 20, &[("mode", "trap-on-allocate"), ("after", "1")]);
+    let device =
+        recycling_device("hostile-device", hostile_guest(), 16 << 20, &[("mode", "trap-on-allocate"), ("after", "1")]);
     let first = device.allocate(1000).unwrap();
     device.deallocate(first).unwrap();
     assert_eq!(device.recycled_bytes(), 1000);

@@ -50,12 +50,17 @@ fn trap_during_allocate() {
 
 #[test]
 fn endless_loop_hits_the_deadline() {
-    faults_then_recovers("loop-on-allocate", |e| matches!(e, Error::GuestTimeout { .. }) && e.to_string().contains("deadline"));
+    faults_then_recovers("loop-on-allocate", |e| {
+        matches!(e, Error::GuestTimeout { .. }) && e.to_string().contains("deadline")
+    });
 }
 
 #[test]
 fn out_of_bounds_offset_is_rejected() {
-    faults_then_recovers("out-of-bounds", |e| matches!(e, Error::GuestInvalid { reason, .. } if reason.contains("out of bounds")));
+    faults_then_recovers(
+        "out-of-bounds",
+        |e| matches!(e, Error::GuestInvalid { reason, .. } if reason.contains("out of bounds")),
+    );
 }
 
 #[test]
@@ -65,7 +70,10 @@ fn overlapping_offset_is_rejected() {
 
 #[test]
 fn misaligned_offset_is_rejected() {
-    faults_then_recovers("misaligned", |e| matches!(e, Error::GuestInvalid { reason, .. } if reason.contains("aligned")));
+    faults_then_recovers(
+        "misaligned",
+        |e| matches!(e, Error::GuestInvalid { reason, .. } if reason.contains("aligned")),
+    );
 }
 
 #[test]
@@ -142,21 +150,35 @@ fn stream_lie_is_survived(mode: &str) {
     let event = device.create_event().unwrap();
     let ran_a = Arc::new(AtomicBool::new(false));
     let flag = ran_a.clone();
-    device.submit(a, WorkKind::CopyHostToDevice, Box::new(move || {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        flag.store(true, Ordering::SeqCst);
-        Ok(())
-    }), None).unwrap();
+    device
+        .submit(
+            a,
+            WorkKind::CopyHostToDevice,
+            Box::new(move || {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                flag.store(true, Ordering::SeqCst);
+                Ok(())
+            }),
+            None,
+        )
+        .unwrap();
     device.record_event(a, event).unwrap();
     device.wait_for_event(b, event).unwrap();
     let seen = ran_a.clone();
     let ok = Arc::new(AtomicBool::new(false));
     let ok2 = ok.clone();
     // A small copy: runs inline if b is idle and the event's work done, else queues.
-    device.submit(b, WorkKind::CopyDeviceToHost, Box::new(move || {
-        ok2.store(seen.load(Ordering::SeqCst), Ordering::SeqCst);
-        Ok(())
-    }), Some(8)).unwrap();
+    device
+        .submit(
+            b,
+            WorkKind::CopyDeviceToHost,
+            Box::new(move || {
+                ok2.store(seen.load(Ordering::SeqCst), Ordering::SeqCst);
+                Ok(())
+            }),
+            Some(8),
+        )
+        .unwrap();
     // Whatever the guest says, the event's status is the host's truth.
     let status = device.event_status(event).unwrap();
     device.synchronize_all();
@@ -197,10 +219,15 @@ fn refused_submits_hand_the_stream_to_the_host() {
     for _ in 0..6 {
         let ran = ran.clone();
         device
-            .submit(s, WorkKind::CopyHostToDevice, Box::new(move || {
-                ran.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }), None)
+            .submit(
+                s,
+                WorkKind::CopyHostToDevice,
+                Box::new(move || {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }),
+                None,
+            )
             .unwrap();
     }
     device.block_until_done(s).unwrap();

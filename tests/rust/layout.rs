@@ -25,10 +25,8 @@ use tfwasm::abi::ffi::kernels::{self, TF_DataType};
 use tfwasm::abi::ffi::status::{self, TF_Code};
 use tfwasm::abi::ffi::stream_executor::*;
 
-const HEADERS: [&str; 2] = [
-    "tensorflow/c/experimental/stream_executor/stream_executor.h",
-    "tensorflow/c/experimental/grappler/grappler.h",
-];
+const HEADERS: [&str; 2] =
+    ["tensorflow/c/experimental/stream_executor/stream_executor.h", "tensorflow/c/experimental/grappler/grappler.h"];
 
 struct StructLayout {
     name: &'static str,
@@ -184,10 +182,7 @@ fn constants() -> Vec<(&'static str, i64)> {
         ("GO_MAJOR", GO_MAJOR as i64),
         ("GO_MINOR", GO_MINOR as i64),
         ("GO_PATCH", GO_PATCH as i64),
-        (
-            "TF_TriState_Default",
-            TF_TriState::TF_TriState_Default as i64,
-        ),
+        ("TF_TriState_Default", TF_TriState::TF_TriState_Default as i64),
         ("TF_TriState_Off", TF_TriState::TF_TriState_Off as i64),
         ("TF_TriState_On", TF_TriState::TF_TriState_On as i64),
         ("sizeof(TF_TriState)", size_of::<TF_TriState>() as i64),
@@ -249,11 +244,7 @@ fn probes() -> Vec<(String, i64)> {
             probes.push((format!("__alignof__{member}"), f.align as i64));
         }
     }
-    probes.extend(
-        constants()
-            .into_iter()
-            .map(|(expr, value)| (expr.to_string(), value)),
-    );
+    probes.extend(constants().into_iter().map(|(expr, value)| (expr.to_string(), value)));
     probes
 }
 
@@ -265,13 +256,10 @@ fn include_dir() -> PathBuf {
         None => {
             let lib = crate::support::workspace().join(".venv/lib");
             let python = std::fs::read_dir(&lib).ok().and_then(|entries| {
-                entries
-                    .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-                    .find(|path| {
-                        let name = path.file_name().unwrap_or_default().to_string_lossy();
-                        name.starts_with("python3")
-                            && path.join("site-packages/tensorflow/include").is_dir()
-                    })
+                entries.filter_map(|entry| entry.ok().map(|entry| entry.path())).find(|path| {
+                    let name = path.file_name().unwrap_or_default().to_string_lossy();
+                    name.starts_with("python3") && path.join("site-packages/tensorflow/include").is_dir()
+                })
             });
             match python {
                 Some(python) => python.join("site-packages/tensorflow/include"),
@@ -280,11 +268,7 @@ fn include_dir() -> PathBuf {
         }
     };
     for header in HEADERS {
-        assert!(
-            dir.join(header).is_file(),
-            "no {header} under {}: {HINT}",
-            dir.display()
-        );
+        assert!(dir.join(header).is_file(), "no {header} under {}: {HINT}", dir.display());
     }
     dir
 }
@@ -324,21 +308,13 @@ fn c_values() -> &'static BTreeMap<String, i64> {
             String::from_utf8_lossy(&compiled.stderr)
         );
         let ran = Command::new(&exe).output().expect("run the layout probe");
-        assert!(
-            ran.status.success(),
-            "the layout probe failed: {:?}",
-            ran.status
-        );
+        assert!(ran.status.success(), "the layout probe failed: {:?}", ran.status);
         let _ = std::fs::remove_dir_all(&dir);
 
         let stdout = String::from_utf8(ran.stdout).unwrap();
         let values: Vec<i64> = stdout.lines().map(|line| line.parse().unwrap()).collect();
         let exprs = probes().into_iter().map(|(expr, _)| expr);
-        assert_eq!(
-            values.len(),
-            exprs.len(),
-            "the layout probe printed the wrong number of lines"
-        );
+        assert_eq!(values.len(), exprs.len(), "the layout probe printed the wrong number of lines");
         exprs.zip(values).collect()
     })
 }
@@ -354,34 +330,15 @@ fn mismatches(probes: impl IntoIterator<Item = (String, i64)>) -> Vec<String> {
 
 #[test]
 fn struct_sizes_offsets_and_struct_size_macros_match_the_headers() {
-    let constants: Vec<_> = constants()
-        .into_iter()
-        .map(|(expr, _)| expr.to_string())
-        .collect();
-    let wrong = mismatches(
-        probes()
-            .into_iter()
-            .filter(|(expr, _)| !constants.contains(expr)),
-    );
-    assert!(
-        wrong.is_empty(),
-        "#[repr(C)] mirrors differ from the TensorFlow headers:\n  {}",
-        wrong.join("\n  ")
-    );
+    let constants: Vec<_> = constants().into_iter().map(|(expr, _)| expr.to_string()).collect();
+    let wrong = mismatches(probes().into_iter().filter(|(expr, _)| !constants.contains(expr)));
+    assert!(wrong.is_empty(), "#[repr(C)] mirrors differ from the TensorFlow headers:\n  {}", wrong.join("\n  "));
 }
 
 #[test]
 fn enum_status_and_version_constants_match_the_headers() {
-    let wrong = mismatches(
-        constants()
-            .into_iter()
-            .map(|(expr, value)| (expr.to_string(), value)),
-    );
-    assert!(
-        wrong.is_empty(),
-        "constants differ from the TensorFlow headers:\n  {}",
-        wrong.join("\n  ")
-    );
+    let wrong = mismatches(constants().into_iter().map(|(expr, value)| (expr.to_string(), value)));
+    assert!(wrong.is_empty(), "constants differ from the TensorFlow headers:\n  {}", wrong.join("\n  "));
 }
 
 /// The table must list every field: consecutive fields leave no gap beyond
@@ -402,18 +359,9 @@ fn the_table_lists_every_field() {
             );
             end = f.offset + f.size;
         }
-        assert_eq!(
-            s.size,
-            round_up(end, s.align),
-            "{}: a field is missing from the layout table at the end",
-            s.name
-        );
+        assert_eq!(s.size, round_up(end, s.align), "{}: a field is missing from the layout table at the end", s.name);
         if let Some(struct_size) = s.struct_size {
-            assert_eq!(
-                struct_size, end,
-                "{}::struct_size() must end at its last field",
-                s.name
-            );
+            assert_eq!(struct_size, end, "{}::struct_size() must end at its last field", s.name);
         }
     }
 }

@@ -167,11 +167,8 @@ mod component {
             match self.mode {
                 Mode::BadSeq => honest.seq -= 1,
                 Mode::DanglingDependency => {
-                    let (stream, submitted) = self
-                        .ordering
-                        .streams()
-                        .find(|&(id, _)| id != s)
-                        .unwrap_or((s, honest.seq));
+                    let (stream, submitted) =
+                        self.ordering.streams().find(|&(id, _)| id != s).unwrap_or((s, honest.seq));
                     honest.after.push(Dep { stream, seq: submitted + 1_000 });
                 }
                 _ => {}
@@ -400,9 +397,15 @@ mod tests {
 
     #[test]
     fn out_of_bounds_offsets_never_fit() {
-        for (memory, size, alignment) in
-            [(4096, 100, 64), (4096, 64, 64), (4096, 1, 1), (4096, 8192, 4096), (1000, 10, 64), (0, 1, 64), (1 << 28, 256, 256)]
-        {
+        for (memory, size, alignment) in [
+            (4096, 100, 64),
+            (4096, 64, 64),
+            (4096, 1, 1),
+            (4096, 8192, 4096),
+            (1000, 10, 64),
+            (0, 1, 64),
+            (1 << 28, 256, 256),
+        ] {
             let offset = out_of_bounds_offset(memory, size, alignment);
             assert_eq!(offset % alignment, 0, "{memory} {size} {alignment}");
             assert!(offset + size > memory, "{memory} {size} {alignment}: {offset} fits");

@@ -140,13 +140,18 @@ impl BestFit {
                 return Err(AllocError::Invalid(format!("adopted range at {offset} is empty")));
             }
             let end = offset.checked_add(size).filter(|&end| end <= self.limit).ok_or_else(|| {
-                AllocError::Invalid(format!("adopted range at {offset} of {size} bytes exceeds the limit {}", self.limit))
+                AllocError::Invalid(format!(
+                    "adopted range at {offset} of {size} bytes exceeds the limit {}",
+                    self.limit
+                ))
             })?;
             if offset < previous_end {
                 return Err(AllocError::Invalid(format!("adopted range at {offset} overlaps another adopted range")));
             }
             if self.free_block_containing(offset, end).is_none() {
-                return Err(AllocError::Invalid(format!("adopted range at {offset} of {size} bytes overlaps a live block")));
+                return Err(AllocError::Invalid(format!(
+                    "adopted range at {offset} of {size} bytes overlaps a live block"
+                )));
             }
             previous_end = end;
         }
@@ -265,6 +270,7 @@ mod tests {
         let _w = a.allocate(64, 64).unwrap();
         a.free(x).unwrap(); // 1024-byte hole
         a.free(z).unwrap(); // 256-byte hole
+
         // 200 bytes fit both holes (and the tail); best fit takes the 256-byte one.
         assert_eq!(a.allocate(200, 64).unwrap(), z);
         assert_eq!(a.allocate(1000, 64).unwrap(), x);

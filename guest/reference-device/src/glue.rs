@@ -3,10 +3,10 @@
 //! includes this file too). Each crate generates its bindings in its own
 //! `component` module, which is what `crate::component` names here.
 
+use crate::allocator::{AllocError, Stats};
 use crate::component::exports::tfwasm::device::memory::MemoryUsage;
 use crate::component::exports::tfwasm::device::streams::{Dependency, EventState, Ticket};
 use crate::component::tfwasm::device::types::DeviceError;
-use crate::allocator::{AllocError, Stats};
 use crate::ordering::{self, Dep, OrderError};
 
 /// What every export but `init` answers before `init` succeeded.

@@ -40,7 +40,8 @@ pub unsafe extern "C" fn TF_InitGraph(params: *mut TP_OptimizerRegistrationParam
     crate::config::init_logging();
     ffi_guard(status, || {
         // SAFETY: TensorFlow passes a valid, exclusive params struct for this call.
-        let params = unsafe { params.as_mut() }.ok_or_else(|| Error::InvalidArgument("null optimizer registration params".into()))?;
+        let params = unsafe { params.as_mut() }
+            .ok_or_else(|| Error::InvalidArgument("null optimizer registration params".into()))?;
         // TensorFlow fills `struct_size` (and the sub-structs') before the call;
         // an older TF without our fields, or missing out-structs, cannot take a
         // registration at all.
@@ -210,8 +211,12 @@ unsafe fn nodes_to_preserve(item: *const TF_GrapplerItem) -> Result<HashSet<Vec<
         .map(|(&value, &len)| {
             // Every name must lie inside `storage`; anything else is refused
             // rather than read.
-            let start = (value as usize).checked_sub(base).filter(|s| s.checked_add(len).is_some_and(|end| end <= storage.len()));
-            start.map(|s| storage[s..s + len].to_vec()).ok_or_else(|| Error::Internal("preserve-list name outside its storage".into()))
+            let start = (value as usize)
+                .checked_sub(base)
+                .filter(|s| s.checked_add(len).is_some_and(|end| end <= storage.len()));
+            start
+                .map(|s| storage[s..s + len].to_vec())
+                .ok_or_else(|| Error::Internal("preserve-list name outside its storage".into()))
         })
         .collect()
 }
@@ -240,7 +245,8 @@ unsafe extern "C" fn optimize_inert(
 /// readable bytes for the lifetime `'a`.
 unsafe fn graph_bytes<'a>(graph: *const TF_Buffer) -> Result<&'a [u8], Error> {
     // SAFETY: per the contract.
-    let graph = unsafe { graph.as_ref() }.ok_or_else(|| Error::InvalidArgument("graph pass: null input buffer".into()))?;
+    let graph =
+        unsafe { graph.as_ref() }.ok_or_else(|| Error::InvalidArgument("graph pass: null input buffer".into()))?;
     match (graph.data.is_null(), graph.length) {
         (_, 0) => Ok(&[]),
         (true, _) => Err(Error::InvalidArgument("graph pass: input buffer without data".into())),

@@ -26,13 +26,15 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
+use super::ffi::done::DoneCallback;
 use super::ffi::kernels::*;
 use super::ffi::status::{TF_Code, TF_DeleteStatus, TF_GetCode, TF_Message, TF_NewStatus, TF_Status, TF_OK};
 use super::{ffi_guard, ffi_guard_or};
 use crate::error::Error;
 use crate::kernels::shape::{element_count, Dims, ShapeDisplay};
-use super::ffi::done::DoneCallback;
-use crate::kernels::{fused, pool, Attrs, DType, Kernel, KernelDef, OpContext, Owner, Tensor, DEFER_MIN_INPUT_BYTES, DEFER_MIN_WORK};
+use crate::kernels::{
+    fused, pool, Attrs, DType, Kernel, KernelDef, OpContext, Owner, Tensor, DEFER_MIN_INPUT_BYTES, DEFER_MIN_WORK,
+};
 use smallvec::SmallVec;
 
 /// The registry, fixed for the process: `create_nth::<I>` builds entry `I`.
@@ -76,7 +78,11 @@ pub extern "C" fn TF_InitKernel() {
                 continue;
             }
             let Some(&create) = CREATE.get(index) else {
-                tracing::error!("tfwasm: more kernels than create callbacks ({}); {} falls back to the CPU device", CREATE.len(), def.op);
+                tracing::error!(
+                    "tfwasm: more kernels than create callbacks ({}); {} falls back to the CPU device",
+                    CREATE.len(),
+                    def.op
+                );
                 continue;
             };
             for combo in def.type_combinations() {
@@ -112,7 +118,10 @@ fn register_fused_op() -> Result<(), Error> {
     let name = CString::new(fused::OP).map_err(|_| failed("bad op name"))?;
     let specs = |list: &[&str]| list.iter().map(|s| CString::new(*s)).collect::<Result<Vec<_>, _>>();
     let attrs = specs(&["N: int >= 1", "T: {float}", "expr: string"]).map_err(|_| failed("bad attribute spec"))?;
-    let (input, output) = (CString::new("inputs: N * T").map_err(|_| failed("bad input spec"))?, CString::new("y: T").map_err(|_| failed("bad output spec"))?);
+    let (input, output) = (
+        CString::new("inputs: N * T").map_err(|_| failed("bad input spec"))?,
+        CString::new("y: T").map_err(|_| failed("bad output spec"))?,
+    );
     let status = OwnedStatus::new()?;
     // SAFETY: the strings are NUL-terminated and copied by TensorFlow during
     // each call; the builder is ours until `TF_RegisterOpDefinition` takes
@@ -144,7 +153,12 @@ unsafe extern "C" fn unknown_shape(ctx: *mut TF_ShapeInferenceContext, status: *
     });
 }
 
-fn register(def: &KernelDef, combo: &[(&str, DType)], create: TF_KernelCreateFn, device_type: &CStr) -> Result<(), Error> {
+fn register(
+    def: &KernelDef,
+    combo: &[(&str, DType)],
+    create: TF_KernelCreateFn,
+    device_type: &CStr,
+) -> Result<(), Error> {
     let failed = |what: String| Error::Internal(format!("cannot register the {} kernel {combo:?}: {what}", def.op));
     let op = CString::new(def.op).map_err(|_| failed("bad op name".into()))?;
     let kernel_name = CString::new(format!("Tfwasm{}Op", def.op)).map_err(|_| failed("bad op name".into()))?;
@@ -154,9 +168,21 @@ fn register(def: &KernelDef, combo: &[(&str, DType)], create: TF_KernelCreateFn,
     // functions with the signatures kernels.h declares.
     let builder = unsafe {
         if def.deferrable {
-            TF_NewAsyncKernelBuilder(op.as_ptr(), device_type.as_ptr(), Some(create), Some(compute_kernel_async), Some(delete_kernel))
+            TF_NewAsyncKernelBuilder(
+                op.as_ptr(),
+                device_type.as_ptr(),
+                Some(create),
+                Some(compute_kernel_async),
+                Some(delete_kernel),
+            )
         } else {
-            TF_NewKernelBuilder(op.as_ptr(), device_type.as_ptr(), Some(create), Some(compute_kernel), Some(delete_kernel))
+            TF_NewKernelBuilder(
+                op.as_ptr(),
+                device_type.as_ptr(),
+                Some(create),
+                Some(compute_kernel),
+                Some(delete_kernel),
+            )
         }
     };
     let builder = NonNull::new(builder).ok_or_else(|| failed("TF_NewKernelBuilder returned null".into()))?;
@@ -166,7 +192,9 @@ fn register(def: &KernelDef, combo: &[(&str, DType)], create: TF_KernelCreateFn,
             status.clear();
             // SAFETY: `builder` is live and still ours; `attr` is
             // NUL-terminated and copied by TensorFlow; `status` is live.
-            unsafe { TF_KernelBuilder_TypeConstraint(builder.as_ptr(), attr.as_ptr(), tf_dtype(dtype), status.as_ptr()) };
+            unsafe {
+                TF_KernelBuilder_TypeConstraint(builder.as_ptr(), attr.as_ptr(), tf_dtype(dtype), status.as_ptr())
+            };
             status.outcome().map_err(|failure| failed(failure.message))?;
         }
         for &arg in def.host_memory {
@@ -328,7 +356,11 @@ unsafe extern "C" fn compute_kernel(kernel: *mut c_void, ctx: *mut TF_OpKernelCo
 ///
 /// # Safety
 /// As [`compute_kernel`]; `done` is TensorFlow's callback for this execution.
-unsafe extern "C" fn compute_kernel_async(kernel: *mut c_void, ctx: *mut TF_OpKernelContext, done: *mut TF_AsyncOpKernelDoneCallback) {
+unsafe extern "C" fn compute_kernel_async(
+    kernel: *mut c_void,
+    ctx: *mut TF_OpKernelContext,
+    done: *mut TF_AsyncOpKernelDoneCallback,
+) {
     let deferred = ffi_guard_or(false, "kernel compute", || {
         // SAFETY: as in `compute_kernel` (null is checked).
         let Some(instance) = (unsafe { kernel.cast::<Instance>().as_ref() }) else { return Ok(false) };
@@ -391,7 +423,9 @@ impl Deferred {
 fn worth_deferring(instance: &Instance, ctx: NonNull<TF_OpKernelContext>) -> bool {
     let Ok(status) = OwnedStatus::new() else { return false };
     let context = Context { raw: ctx, op: instance.op, status: &status };
-    let Ok(inputs) = (0..context.num_inputs()).map(|index| context.input(index)).collect::<Result<Vec<Tensor>, Error>>() else {
+    let Ok(inputs) =
+        (0..context.num_inputs()).map(|index| context.input(index)).collect::<Result<Vec<Tensor>, Error>>()
+    else {
         return false;
     };
     let shapes: Vec<&[usize]> = inputs.iter().map(Tensor::shape).collect();
@@ -428,13 +462,16 @@ struct Construction<'a> {
 
 impl Construction<'_> {
     /// Runs one attribute getter and names the attribute on failure.
-    fn get(&self, name: &str, call: impl FnOnce(*mut TF_OpKernelConstruction, *const c_char, *mut TF_Status)) -> Result<(), Error> {
-        let c_name = CString::new(name).map_err(|_| Error::Internal(format!("{}: bad attribute name {name:?}", self.op)))?;
+    fn get(
+        &self,
+        name: &str,
+        call: impl FnOnce(*mut TF_OpKernelConstruction, *const c_char, *mut TF_Status),
+    ) -> Result<(), Error> {
+        let c_name =
+            CString::new(name).map_err(|_| Error::Internal(format!("{}: bad attribute name {name:?}", self.op)))?;
         self.status.clear();
         call(self.raw.as_ptr(), c_name.as_ptr(), self.status.as_ptr());
-        self.status
-            .outcome()
-            .map_err(|failure| failure.context(format!("{}: cannot read attribute {name}", self.op)))
+        self.status.outcome().map_err(|failure| failure.context(format!("{}: cannot read attribute {name}", self.op)))
     }
 
     /// `(list size, total size)` of an attribute, as TF_OpKernelConstruction_GetAttrSize reports.
@@ -442,7 +479,9 @@ impl Construction<'_> {
         let (mut list, mut total) = (0i32, 0i32);
         // SAFETY: `raw` is live for this create call, the name is
         // NUL-terminated, the out-pointers are valid, `status` is live.
-        self.get(name, |raw, name, status| unsafe { TF_OpKernelConstruction_GetAttrSize(raw, name, &mut list, &mut total, status) })?;
+        self.get(name, |raw, name, status| unsafe {
+            TF_OpKernelConstruction_GetAttrSize(raw, name, &mut list, &mut total, status)
+        })?;
         Ok((usize::try_from(list).unwrap_or(0), usize::try_from(total).unwrap_or(0)))
     }
 }
@@ -458,28 +497,35 @@ impl Attrs for Construction<'_> {
     fn bool(&self, name: &str) -> Result<bool, Error> {
         let mut value: TF_Bool = 0;
         // SAFETY: as in `size`.
-        self.get(name, |raw, name, status| unsafe { TF_OpKernelConstruction_GetAttrBool(raw, name, &mut value, status) })?;
+        self.get(name, |raw, name, status| unsafe {
+            TF_OpKernelConstruction_GetAttrBool(raw, name, &mut value, status)
+        })?;
         Ok(value != 0)
     }
 
     fn int(&self, name: &str) -> Result<i64, Error> {
         let mut value = 0i64;
         // SAFETY: as in `size`.
-        self.get(name, |raw, name, status| unsafe { TF_OpKernelConstruction_GetAttrInt64(raw, name, &mut value, status) })?;
+        self.get(name, |raw, name, status| unsafe {
+            TF_OpKernelConstruction_GetAttrInt64(raw, name, &mut value, status)
+        })?;
         Ok(value)
     }
 
     fn float(&self, name: &str) -> Result<f32, Error> {
         let mut value = 0f32;
         // SAFETY: as in `size`.
-        self.get(name, |raw, name, status| unsafe { TF_OpKernelConstruction_GetAttrFloat(raw, name, &mut value, status) })?;
+        self.get(name, |raw, name, status| unsafe {
+            TF_OpKernelConstruction_GetAttrFloat(raw, name, &mut value, status)
+        })?;
         Ok(value)
     }
 
     fn ints(&self, name: &str) -> Result<Vec<i64>, Error> {
         let (len, _) = self.size(name)?;
         let mut values = vec![0i64; len];
-        let max = c_int::try_from(len).map_err(|_| Error::Internal(format!("{}: attribute {name} is too long", self.op)))?;
+        let max =
+            c_int::try_from(len).map_err(|_| Error::Internal(format!("{}: attribute {name} is too long", self.op)))?;
         // SAFETY: as in `size`; `values` has room for `max` values.
         self.get(name, |raw, name, status| unsafe {
             TF_OpKernelConstruction_GetAttrInt64List(raw, name, values.as_mut_ptr(), max, status)
@@ -495,15 +541,21 @@ impl Attrs for Construction<'_> {
         self.get(name, |raw, name, status| unsafe {
             TF_OpKernelConstruction_GetAttrString(raw, name, bytes.as_mut_ptr().cast::<c_char>(), len, status)
         })?;
-        String::from_utf8(bytes).map_err(|_| Error::InvalidArgument(format!("{}: attribute {name} is not UTF-8", self.op)))
+        String::from_utf8(bytes)
+            .map_err(|_| Error::InvalidArgument(format!("{}: attribute {name} is not UTF-8", self.op)))
     }
 
     fn dtype(&self, name: &str) -> Result<DType, Error> {
         let mut value: TF_DataType = 0;
         // SAFETY: as in `size`.
-        self.get(name, |raw, name, status| unsafe { TF_OpKernelConstruction_GetAttrType(raw, name, &mut value, status) })?;
+        self.get(name, |raw, name, status| unsafe {
+            TF_OpKernelConstruction_GetAttrType(raw, name, &mut value, status)
+        })?;
         from_tf_dtype(value).ok_or_else(|| {
-            Error::InvalidArgument(format!("{}: attribute {name} has a type tfwasm does not support (TF_DataType {value})", self.op))
+            Error::InvalidArgument(format!(
+                "{}: attribute {name} has a type tfwasm does not support (TF_DataType {value})",
+                self.op
+            ))
         })
     }
 }
@@ -603,8 +655,8 @@ impl Context<'_> {
             None => {
                 // SAFETY: `raw` is a live handle we own (in `handle`).
                 let tf_type = unsafe { TF_TensorType(raw.as_ptr()) };
-                let dtype =
-                    from_tf_dtype(tf_type).ok_or_else(|| bad(format!("has TF_DataType {tf_type}, which tfwasm does not handle")))?;
+                let dtype = from_tf_dtype(tf_type)
+                    .ok_or_else(|| bad(format!("has TF_DataType {tf_type}, which tfwasm does not handle")))?;
                 // SAFETY: as above.
                 let rank = unsafe { TF_NumDims(raw.as_ptr()) };
                 read = (0..rank.max(0))
@@ -661,15 +713,24 @@ impl OpContext for Context<'_> {
         let index = self.check_output_index(index)?;
         // SAFETY: `raw` is live and the index is in range (checked: TF aborts otherwise).
         let tf_type = unsafe { TF_ExpectedOutputDataType(self.raw.as_ptr(), index) };
-        from_tf_dtype(tf_type)
-            .ok_or_else(|| Error::Internal(format!("{}: output {index} has TF_DataType {tf_type}, which tfwasm does not handle", self.op)))
+        from_tf_dtype(tf_type).ok_or_else(|| {
+            Error::Internal(format!(
+                "{}: output {index} has TF_DataType {tf_type}, which tfwasm does not handle",
+                self.op
+            ))
+        })
     }
 
     fn allocate_output(&self, index: usize, shape: &[usize]) -> Result<Tensor, Error> {
         let dtype = self.output_dtype(index)?;
         let c_index = self.check_output_index(index)?;
-        let too_large = || Error::InvalidArgument(format!("{}: output shape {} is too large", self.op, ShapeDisplay(shape)));
-        let dims = shape.iter().map(|&d| i64::try_from(d)).collect::<Result<SmallVec<[i64; 8]>, _>>().map_err(|_| too_large())?;
+        let too_large =
+            || Error::InvalidArgument(format!("{}: output shape {} is too large", self.op, ShapeDisplay(shape)));
+        let dims = shape
+            .iter()
+            .map(|&d| i64::try_from(d))
+            .collect::<Result<SmallVec<[i64; 8]>, _>>()
+            .map_err(|_| too_large())?;
         let bytes = element_count(shape).and_then(|n| n.checked_mul(dtype.size())).ok_or_else(too_large)?;
         let rank = c_int::try_from(dims.len()).map_err(|_| too_large())?;
         self.status.clear();
@@ -678,7 +739,15 @@ impl OpContext for Context<'_> {
         // TensorFlow's TensorShape accepts them); `status` is live. On
         // success we own the returned handle.
         let raw = unsafe {
-            TF_AllocateOutput(self.raw.as_ptr(), c_index, tf_dtype(dtype), dims.as_ptr(), rank, bytes, self.status.as_ptr())
+            TF_AllocateOutput(
+                self.raw.as_ptr(),
+                c_index,
+                tf_dtype(dtype),
+                dims.as_ptr(),
+                rank,
+                bytes,
+                self.status.as_ptr(),
+            )
         };
         self.status.outcome().map_err(|failure| {
             let what = format!("{}: cannot allocate the output {}", self.op, ShapeDisplay(shape));
@@ -761,7 +830,11 @@ impl OwnedStatus {
         // string owned by the status (or null), copied out at once.
         let message = unsafe {
             let text = TF_Message(self.as_ptr());
-            if text.is_null() { String::new() } else { CStr::from_ptr(text).to_string_lossy().into_owned() }
+            if text.is_null() {
+                String::new()
+            } else {
+                CStr::from_ptr(text).to_string_lossy().into_owned()
+            }
         };
         Err(TfFailure { code, message })
     }
@@ -791,7 +864,10 @@ impl TfFailure {
 /// Runs `body` with a status of this thread's (see [`SpareStatus`]). On
 /// failure — our error, TensorFlow's, or a panic — the status describes it
 /// and `report` passes it to TensorFlow.
-fn with_status<T>(body: impl FnOnce(&OwnedStatus) -> Result<T, Error>, report: impl FnOnce(*mut TF_Status)) -> Option<T> {
+fn with_status<T>(
+    body: impl FnOnce(&OwnedStatus) -> Result<T, Error>,
+    report: impl FnOnce(*mut TF_Status),
+) -> Option<T> {
     let status = match SpareStatus::take() {
         Ok(status) => status,
         Err(error) => {

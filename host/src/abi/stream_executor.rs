@@ -54,7 +54,8 @@ pub unsafe extern "C" fn SE_InitPlugin(params: *mut SE_PlatformRegistrationParam
     crate::config::init_logging();
     ffi_guard(status, || {
         // SAFETY: TensorFlow passes a valid, exclusive params struct for this call.
-        let params = unsafe { params.as_mut() }.ok_or_else(|| Error::InvalidArgument("null registration params".into()))?;
+        let params =
+            unsafe { params.as_mut() }.ok_or_else(|| Error::InvalidArgument("null registration params".into()))?;
         // An error status here makes TensorFlow abort the process, so the only
         // error we report is one TensorFlow would abort on anyway (bad structs).
         // A broken guest or policy yields a platform with zero devices instead.
@@ -95,7 +96,8 @@ pub unsafe extern "C" fn SE_InitPlugin(params: *mut SE_PlatformRegistrationParam
             }),
             (true, Some(existing)) => existing,
         };
-        let (platform_name, device_type) = if inert { (INERT_TYPE, INERT_TYPE) } else { (PLATFORM_NAME, plugin.device_type) };
+        let (platform_name, device_type) =
+            if inert { (INERT_TYPE, INERT_TYPE) } else { (PLATFORM_NAME, plugin.device_type) };
 
         params.major_version = SE_MAJOR;
         params.minor_version = SE_MINOR;
@@ -148,7 +150,11 @@ unsafe extern "C" fn get_device_count(platform: *const SP_Platform, count: *mut 
     });
 }
 
-unsafe extern "C" fn create_device(_platform: *const SP_Platform, params: *mut SE_CreateDeviceParams, status: *mut TF_Status) {
+unsafe extern "C" fn create_device(
+    _platform: *const SP_Platform,
+    params: *mut SE_CreateDeviceParams,
+    status: *mut TF_Status,
+) {
     ffi_guard(status, || {
         // SAFETY: valid for this call per the SE ABI; null-checked.
         let params = unsafe { params.as_mut() }.ok_or_else(|| Error::InvalidArgument("null device params".into()))?;
@@ -177,7 +183,11 @@ unsafe extern "C" fn destroy_device(_platform: *const SP_Platform, device: *mut 
     }
 }
 
-unsafe extern "C" fn create_device_fns(_platform: *const SP_Platform, params: *mut SE_CreateDeviceFnsParams, status: *mut TF_Status) {
+unsafe extern "C" fn create_device_fns(
+    _platform: *const SP_Platform,
+    params: *mut SE_CreateDeviceFnsParams,
+    status: *mut TF_Status,
+) {
     ffi_guard(status, || {
         // SAFETY: valid for this call; TF owns the SP_DeviceFns it points to.
         let fns = unsafe { params.as_mut().and_then(|p| p.device_fns.as_mut()) }
@@ -449,7 +459,11 @@ unsafe extern "C" fn host_memory_allocate(_device: *const SP_Device, size: u64) 
     let mut out = ptr::null_mut();
     // SAFETY: posix_memalign writes an aligned pointer or leaves `out` untouched on failure.
     let rc = unsafe { libc::posix_memalign(&mut out, device::ALIGNMENT as usize, size.max(1) as usize) };
-    if rc == 0 { out } else { ptr::null_mut() }
+    if rc == 0 {
+        out
+    } else {
+        ptr::null_mut()
+    }
 }
 
 unsafe extern "C" fn host_memory_deallocate(_device: *const SP_Device, mem: *mut c_void) {
@@ -506,7 +520,9 @@ unsafe extern "C" fn create_stream(device: *const SP_Device, stream: *mut SP_Str
     ffi_guard(status, || {
         let h = device_arc(device)?.create_stream()?;
         // SAFETY: TF passes a valid out-pointer.
-        unsafe { stream.as_mut() }.map(|s| *s = raw_handle(h)).ok_or_else(|| Error::InvalidArgument("null stream out-pointer".into()))
+        unsafe { stream.as_mut() }
+            .map(|s| *s = raw_handle(h))
+            .ok_or_else(|| Error::InvalidArgument("null stream out-pointer".into()))
     });
 }
 
@@ -517,7 +533,12 @@ unsafe extern "C" fn destroy_stream(device: *const SP_Device, stream: SP_Stream)
     })
 }
 
-unsafe extern "C" fn create_stream_dependency(device: *const SP_Device, dependent: SP_Stream, other: SP_Stream, status: *mut TF_Status) {
+unsafe extern "C" fn create_stream_dependency(
+    device: *const SP_Device,
+    dependent: SP_Stream,
+    other: SP_Stream,
+    status: *mut TF_Status,
+) {
     ffi_guard(status, || {
         let (dependent, other) = (handle(dependent), handle(other));
         // `other` may be a stream of another device (device-to-device copies).
@@ -537,7 +558,9 @@ unsafe extern "C" fn create_event(device: *const SP_Device, event: *mut SP_Event
     ffi_guard(status, || {
         let h = device_of(device)?.create_event()?;
         // SAFETY: TF passes a valid out-pointer.
-        unsafe { event.as_mut() }.map(|e| *e = raw_handle(h)).ok_or_else(|| Error::InvalidArgument("null event out-pointer".into()))
+        unsafe { event.as_mut() }
+            .map(|e| *e = raw_handle(h))
+            .ok_or_else(|| Error::InvalidArgument("null event out-pointer".into()))
     });
 }
 
@@ -559,11 +582,21 @@ unsafe extern "C" fn get_event_status(device: *const SP_Device, event: SP_Event)
     })
 }
 
-unsafe extern "C" fn record_event(device: *const SP_Device, stream: SP_Stream, event: SP_Event, status: *mut TF_Status) {
+unsafe extern "C" fn record_event(
+    device: *const SP_Device,
+    stream: SP_Stream,
+    event: SP_Event,
+    status: *mut TF_Status,
+) {
     ffi_guard(status, || device_of(device)?.record_event(handle(stream), handle(event)));
 }
 
-unsafe extern "C" fn wait_for_event(device: *const SP_Device, stream: SP_Stream, event: SP_Event, status: *mut TF_Status) {
+unsafe extern "C" fn wait_for_event(
+    device: *const SP_Device,
+    stream: SP_Stream,
+    event: SP_Event,
+    status: *mut TF_Status,
+) {
     ffi_guard(status, || device_of(device)?.wait_for_event(handle(stream), handle(event)));
 }
 
@@ -573,7 +606,9 @@ unsafe extern "C" fn create_timer(device: *const SP_Device, timer: *mut SP_Timer
     ffi_guard(status, || {
         let h = device_of(device)?.create_timer()?;
         // SAFETY: TF passes a valid out-pointer.
-        unsafe { timer.as_mut() }.map(|t| *t = raw_handle(h)).ok_or_else(|| Error::InvalidArgument("null timer out-pointer".into()))
+        unsafe { timer.as_mut() }
+            .map(|t| *t = raw_handle(h))
+            .ok_or_else(|| Error::InvalidArgument("null timer out-pointer".into()))
     });
 }
 
@@ -605,37 +640,94 @@ unsafe extern "C" fn timer_nanoseconds(timer: SP_Timer) -> u64 {
 
 // ------------------------------------------------------------------- copies
 
-unsafe extern "C" fn memcpy_dtoh(device: *const SP_Device, stream: SP_Stream, dst: *mut c_void, src: *const SP_DeviceMemoryBase, size: u64, status: *mut TF_Status) {
+unsafe extern "C" fn memcpy_dtoh(
+    device: *const SP_Device,
+    stream: SP_Stream,
+    dst: *mut c_void,
+    src: *const SP_DeviceMemoryBase,
+    size: u64,
+    status: *mut TF_Status,
+) {
     ffi_guard(status, || {
         let work = copy_work(host_range(dst, size, "memcpy_dtoh")?, device_range(src, size, "memcpy_dtoh")?, size);
         device_of(device)?.submit(handle(stream), WorkKind::CopyDeviceToHost, work, Some(size))
     });
 }
 
-unsafe extern "C" fn memcpy_htod(device: *const SP_Device, stream: SP_Stream, dst: *mut SP_DeviceMemoryBase, src: *const c_void, size: u64, status: *mut TF_Status) {
+unsafe extern "C" fn memcpy_htod(
+    device: *const SP_Device,
+    stream: SP_Stream,
+    dst: *mut SP_DeviceMemoryBase,
+    src: *const c_void,
+    size: u64,
+    status: *mut TF_Status,
+) {
     ffi_guard(status, || {
         let work = copy_work(device_range(dst, size, "memcpy_htod")?, host_range(src, size, "memcpy_htod")?, size);
         device_of(device)?.submit(handle(stream), WorkKind::CopyHostToDevice, work, Some(size))
     });
 }
 
-unsafe extern "C" fn memcpy_dtod(device: *const SP_Device, stream: SP_Stream, dst: *mut SP_DeviceMemoryBase, src: *const SP_DeviceMemoryBase, size: u64, status: *mut TF_Status) {
+unsafe extern "C" fn memcpy_dtod(
+    device: *const SP_Device,
+    stream: SP_Stream,
+    dst: *mut SP_DeviceMemoryBase,
+    src: *const SP_DeviceMemoryBase,
+    size: u64,
+    status: *mut TF_Status,
+) {
     ffi_guard(status, || {
         let work = copy_work(device_range(dst, size, "memcpy_dtod")?, device_range(src, size, "memcpy_dtod")?, size);
         device_of(device)?.submit(handle(stream), WorkKind::CopyDeviceToDevice, work, Some(size))
     });
 }
 
-unsafe extern "C" fn sync_memcpy_dtoh(_device: *const SP_Device, dst: *mut c_void, src: *const SP_DeviceMemoryBase, size: u64, status: *mut TF_Status) {
-    ffi_guard(status, || run_now(copy_work(host_range(dst, size, "sync_memcpy_dtoh")?, device_range(src, size, "sync_memcpy_dtoh")?, size)));
+unsafe extern "C" fn sync_memcpy_dtoh(
+    _device: *const SP_Device,
+    dst: *mut c_void,
+    src: *const SP_DeviceMemoryBase,
+    size: u64,
+    status: *mut TF_Status,
+) {
+    ffi_guard(status, || {
+        run_now(copy_work(
+            host_range(dst, size, "sync_memcpy_dtoh")?,
+            device_range(src, size, "sync_memcpy_dtoh")?,
+            size,
+        ))
+    });
 }
 
-unsafe extern "C" fn sync_memcpy_htod(_device: *const SP_Device, dst: *mut SP_DeviceMemoryBase, src: *const c_void, size: u64, status: *mut TF_Status) {
-    ffi_guard(status, || run_now(copy_work(device_range(dst, size, "sync_memcpy_htod")?, host_range(src, size, "sync_memcpy_htod")?, size)));
+unsafe extern "C" fn sync_memcpy_htod(
+    _device: *const SP_Device,
+    dst: *mut SP_DeviceMemoryBase,
+    src: *const c_void,
+    size: u64,
+    status: *mut TF_Status,
+) {
+    ffi_guard(status, || {
+        run_now(copy_work(
+            device_range(dst, size, "sync_memcpy_htod")?,
+            host_range(src, size, "sync_memcpy_htod")?,
+            size,
+        ))
+    });
 }
 
-unsafe extern "C" fn sync_memcpy_dtod(_device: *const SP_Device, dst: *mut SP_DeviceMemoryBase, src: *const SP_DeviceMemoryBase, size: u64, status: *mut TF_Status) {
-    ffi_guard(status, || run_now(copy_work(device_range(dst, size, "sync_memcpy_dtod")?, device_range(src, size, "sync_memcpy_dtod")?, size)));
+unsafe extern "C" fn sync_memcpy_dtod(
+    _device: *const SP_Device,
+    dst: *mut SP_DeviceMemoryBase,
+    src: *const SP_DeviceMemoryBase,
+    size: u64,
+    status: *mut TF_Status,
+) {
+    ffi_guard(status, || {
+        run_now(copy_work(
+            device_range(dst, size, "sync_memcpy_dtod")?,
+            device_range(src, size, "sync_memcpy_dtod")?,
+            size,
+        ))
+    });
 }
 
 // ------------------------------------------------------------ synchronising
@@ -657,21 +749,41 @@ unsafe extern "C" fn synchronize_all_activity(device: *const SP_Device, status: 
 
 // -------------------------------------------------------------------- fills
 
-unsafe extern "C" fn mem_zero(device: *const SP_Device, stream: SP_Stream, location: *mut SP_DeviceMemoryBase, size: u64, status: *mut TF_Status) {
+unsafe extern "C" fn mem_zero(
+    device: *const SP_Device,
+    stream: SP_Stream,
+    location: *mut SP_DeviceMemoryBase,
+    size: u64,
+    status: *mut TF_Status,
+) {
     ffi_guard(status, || {
         let work = fill_work(device_range(location, size, "mem_zero")?, size, 0, false);
         device_of(device)?.submit(handle(stream), WorkKind::Memset, work, Some(size))
     });
 }
 
-unsafe extern "C" fn memset(device: *const SP_Device, stream: SP_Stream, location: *mut SP_DeviceMemoryBase, pattern: u8, size: u64, status: *mut TF_Status) {
+unsafe extern "C" fn memset(
+    device: *const SP_Device,
+    stream: SP_Stream,
+    location: *mut SP_DeviceMemoryBase,
+    pattern: u8,
+    size: u64,
+    status: *mut TF_Status,
+) {
     ffi_guard(status, || {
         let work = fill_work(device_range(location, size, "memset")?, size, u32::from(pattern), false);
         device_of(device)?.submit(handle(stream), WorkKind::Memset, work, Some(size))
     });
 }
 
-unsafe extern "C" fn memset32(device: *const SP_Device, stream: SP_Stream, location: *mut SP_DeviceMemoryBase, pattern: u32, size: u64, status: *mut TF_Status) {
+unsafe extern "C" fn memset32(
+    device: *const SP_Device,
+    stream: SP_Stream,
+    location: *mut SP_DeviceMemoryBase,
+    pattern: u32,
+    size: u64,
+    status: *mut TF_Status,
+) {
     ffi_guard(status, || {
         let work = fill_work(device_range(location, size, "memset32")?, size, pattern, true);
         device_of(device)?.submit(handle(stream), WorkKind::Memset, work, Some(size))
@@ -681,9 +793,15 @@ unsafe extern "C" fn memset32(device: *const SP_Device, stream: SP_Stream, locat
 /// A TF callback and its argument, carried to the stream thread.
 struct Callback(unsafe extern "C" fn(*mut c_void, *mut TF_Status), SendPtr);
 
-unsafe extern "C" fn host_callback(device: *const SP_Device, stream: SP_Stream, callback: SE_StatusCallbackFn, arg: *mut c_void) -> TF_Bool {
+unsafe extern "C" fn host_callback(
+    device: *const SP_Device,
+    stream: SP_Stream,
+    callback: SE_StatusCallbackFn,
+    arg: *mut c_void,
+) -> TF_Bool {
     ffi_guard_or(0, "host_callback", || {
-        let callback = Callback(callback.ok_or_else(|| Error::InvalidArgument("null host callback".into()))?, SendPtr(arg.cast()));
+        let callback =
+            Callback(callback.ok_or_else(|| Error::InvalidArgument("null host callback".into()))?, SendPtr(arg.cast()));
         let work: device::WorkFn = Box::new(move || {
             let Callback(function, arg) = callback;
             // SAFETY: TF_NewStatus/TF_DeleteStatus pair; the callback and its

@@ -126,7 +126,11 @@ impl DeviceArena {
             // and inside the mapping; MADV_DONTNEED on private anonymous memory
             // only drops contents (later reads see zeros).
             unsafe {
-                libc::madvise(self.base.as_ptr().add(start as usize).cast(), (end - start) as usize, libc::MADV_DONTNEED);
+                libc::madvise(
+                    self.base.as_ptr().add(start as usize).cast(),
+                    (end - start) as usize,
+                    libc::MADV_DONTNEED,
+                );
             }
         }
     }

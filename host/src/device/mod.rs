@@ -167,11 +167,7 @@ impl Device {
     pub fn new(program: &Arc<GuestProgram>, device_type: &str, ordinal: u32) -> Result<Arc<Device>, Error> {
         let policy = program.policy();
         let name = format!("/device:{device_type}:{ordinal}");
-        let config = DeviceConfig {
-            ordinal,
-            memory_size: policy.device.memory_bytes,
-            options: policy.guest_options(),
-        };
+        let config = DeviceConfig { ordinal, memory_size: policy.device.memory_bytes, options: policy.guest_options() };
         let mut instance = program.instantiate()?;
         let info = init_instance(&mut instance, &config)?;
         let identity = Identity {
@@ -266,9 +262,8 @@ impl Device {
 
     /// Asks the guest where `size` bytes go and checks the answer.
     fn place(&self, slot: &mut GuestSlot, size: u64) -> Result<*mut u8, Error> {
-        let answer = self.guest_call(slot, "memory.allocate", |g, s| {
-            g.tfwasm_device_memory().call_allocate(s, size, ALIGNMENT)
-        })?;
+        let answer = self
+            .guest_call(slot, "memory.allocate", |g, s| g.tfwasm_device_memory().call_allocate(s, size, ALIGNMENT))?;
         match answer {
             Ok(offset) => match self.arena.commit(offset, size) {
                 Ok(ptr) => Ok(ptr),
@@ -565,9 +560,9 @@ impl Device {
         let Some(id) = record.guest_id.filter(|_| record.guest_recorded || record.marker.is_none()) else {
             return Ok(host);
         };
-        let Ok(guest) = self.guest_call(&mut slot, "streams.event-status", |g, s| {
-            g.tfwasm_device_streams().call_event_status(s, id)
-        }) else {
+        let Ok(guest) = self
+            .guest_call(&mut slot, "streams.event-status", |g, s| g.tfwasm_device_streams().call_event_status(s, id))
+        else {
             return Ok(host);
         };
         let terminal = |s: EventStatus| matches!(s, EventStatus::Complete | EventStatus::Error);
@@ -635,10 +630,14 @@ impl Device {
         } else {
             record.stop = Some((queue.clone(), seq));
         }
-        queue.enqueue(seq, after, Box::new(move || {
-            times.lock()[index] = Some(crate::sandbox::monotonic_ns());
-            Ok(())
-        }));
+        queue.enqueue(
+            seq,
+            after,
+            Box::new(move || {
+                times.lock()[index] = Some(crate::sandbox::monotonic_ns());
+                Ok(())
+            }),
+        );
         Ok(())
     }
 
@@ -653,9 +652,9 @@ impl Device {
             _ => None,
         };
         let Some(id) = record.guest_id else { return Ok(host.unwrap_or(0)) };
-        match self.guest_call(&mut slot, "streams.timer-elapsed", |g, s| {
-            g.tfwasm_device_streams().call_timer_elapsed(s, id)
-        }) {
+        match self
+            .guest_call(&mut slot, "streams.timer-elapsed", |g, s| g.tfwasm_device_streams().call_timer_elapsed(s, id))
+        {
             Ok(Some(elapsed)) if both_ran => Ok(elapsed),
             Ok(Some(_)) => {
                 let error = Error::GuestInvalid {
@@ -680,7 +679,14 @@ impl Device {
     }
 
     /// Tells the guest that `seq` ran and publishes it to the host.
-    fn publish_completion(&self, slot: &mut GuestSlot, queue: &StreamQueue, seq: u64, at_ns: u64, outcome: Result<(), String>) {
+    fn publish_completion(
+        &self,
+        slot: &mut GuestSlot,
+        queue: &StreamQueue,
+        seq: u64,
+        at_ns: u64,
+        outcome: Result<(), String>,
+    ) {
         if let Err(message) = &outcome {
             tracing::error!("{}: work {seq} on stream {:#x} failed: {message}", self.name, queue.id);
         }
@@ -703,7 +709,11 @@ impl Device {
         stream: Handle,
         guest_orders: bool,
         call: &str,
-        ask: impl FnOnce(&crate::sandbox::Device, &mut wasmtime::Store<crate::sandbox::GuestState>, u64) -> wasmtime::Result<Result<Ticket, DeviceError>>,
+        ask: impl FnOnce(
+            &crate::sandbox::Device,
+            &mut wasmtime::Store<crate::sandbox::GuestState>,
+            u64,
+        ) -> wasmtime::Result<Result<Ticket, DeviceError>>,
     ) -> Result<Ordered, Error> {
         let record = slot.streams.get_mut(&stream).ok_or_else(|| self.unknown("stream", stream))?;
         let required = std::mem::take(&mut record.required);
@@ -824,7 +834,10 @@ impl Device {
         &self,
         slot: &mut GuestSlot,
         call: &str,
-        body: impl FnOnce(&crate::sandbox::Device, &mut wasmtime::Store<crate::sandbox::GuestState>) -> wasmtime::Result<Result<u64, DeviceError>>,
+        body: impl FnOnce(
+            &crate::sandbox::Device,
+            &mut wasmtime::Store<crate::sandbox::GuestState>,
+        ) -> wasmtime::Result<Result<u64, DeviceError>>,
     ) -> Option<u64> {
         match self.guest_call(slot, call, body) {
             Ok(Ok(id)) => Some(id),
@@ -840,7 +853,10 @@ impl Device {
         &self,
         slot: &mut GuestSlot,
         call: &str,
-        body: impl FnOnce(&crate::sandbox::Device, &mut wasmtime::Store<crate::sandbox::GuestState>) -> wasmtime::Result<Result<(), DeviceError>>,
+        body: impl FnOnce(
+            &crate::sandbox::Device,
+            &mut wasmtime::Store<crate::sandbox::GuestState>,
+        ) -> wasmtime::Result<Result<(), DeviceError>>,
     ) {
         match self.guest_call(slot, call, body) {
             Ok(Ok(())) => {}
@@ -876,7 +892,11 @@ impl Device {
             slot.disabled = Some(reason);
             return;
         }
-        tracing::error!("{fault}; {} replaces the instance (replacement {} of at most {MAX_REPLACEMENTS})", self.name, slot.replacements);
+        tracing::error!(
+            "{fault}; {} replaces the instance (replacement {} of at most {MAX_REPLACEMENTS})",
+            self.name,
+            slot.replacements
+        );
         let fresh = self.program.instantiate().and_then(|mut instance| {
             init_instance(&mut instance, &self.config)?;
             let live = self.arena.live();
@@ -926,7 +946,9 @@ fn init_instance(instance: &mut GuestInstance, config: &DeviceConfig) -> Result<
         .with_bindings("identity.init", |g, s| g.tfwasm_device_identity().call_init(s, config))?
         .map_err(|reason| Error::GuestLoad { guest: guest.clone(), reason: format!("init refused: {reason}") })?;
     let invalid = |reason: String| Error::GuestInvalid { guest: guest.clone(), call: "identity.init".into(), reason };
-    for (field, value) in [("hardware-name", &info.hardware_name), ("vendor", &info.vendor), ("pci-bus-id", &info.pci_bus_id)] {
+    for (field, value) in
+        [("hardware-name", &info.hardware_name), ("vendor", &info.vendor), ("pci-bus-id", &info.pci_bus_id)]
+    {
         if value.len() > 256 || value.contains('\0') {
             return Err(invalid(format!("{field} must be at most 256 bytes without NUL")));
         }

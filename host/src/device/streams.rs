@@ -99,7 +99,12 @@ impl StreamQueue {
     /// a loaded two-core VM, for work that takes a few µs. The caller must
     /// be the only one ordering work on this stream (the device's guest
     /// lock), so no later seq can overtake this one.
-    pub fn run_if_idle(&self, seq: u64, after: &[(Arc<StreamQueue>, u64)], work: WorkFn) -> Result<(u64, Result<(), String>), WorkFn> {
+    pub fn run_if_idle(
+        &self,
+        seq: u64,
+        after: &[(Arc<StreamQueue>, u64)],
+        work: WorkFn,
+    ) -> Result<(u64, Result<(), String>), WorkFn> {
         {
             let state = self.state.lock();
             let submitted = self.submitted();
@@ -183,7 +188,9 @@ fn run(queue: Weak<StreamQueue>) {
                     break None;
                 }
                 // Wake periodically so a dropped queue lets the thread exit.
-                if queue.changed.wait_for(&mut state, Duration::from_millis(200)).timed_out() && Arc::strong_count(&queue) == 1 {
+                if queue.changed.wait_for(&mut state, Duration::from_millis(200)).timed_out()
+                    && Arc::strong_count(&queue) == 1
+                {
                     break None;
                 }
             }
@@ -278,20 +285,32 @@ mod tests {
         let b = queue(2);
         let log = Arc::new(Mutex::new(Vec::new()));
         let (l1, l2, l3) = (log.clone(), log.clone(), log.clone());
-        a.enqueue(1, vec![], Box::new(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            l1.lock().push("a1");
-            Ok(())
-        }));
+        a.enqueue(
+            1,
+            vec![],
+            Box::new(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                l1.lock().push("a1");
+                Ok(())
+            }),
+        );
         // b1 must wait for a1 although it is queued on an idle stream.
-        b.enqueue(1, vec![(a.clone(), 1)], Box::new(move || {
-            l2.lock().push("b1");
-            Ok(())
-        }));
-        b.enqueue(2, vec![], Box::new(move || {
-            l3.lock().push("b2");
-            Err("boom".into())
-        }));
+        b.enqueue(
+            1,
+            vec![(a.clone(), 1)],
+            Box::new(move || {
+                l2.lock().push("b1");
+                Ok(())
+            }),
+        );
+        b.enqueue(
+            2,
+            vec![],
+            Box::new(move || {
+                l3.lock().push("b2");
+                Err("boom".into())
+            }),
+        );
         b.drain();
         assert_eq!(*log.lock(), vec!["a1", "b1", "b2"]);
         assert_eq!(b.error().as_deref(), Some("boom"));
@@ -306,10 +325,14 @@ mod tests {
         let counter = Arc::new(AtomicU64::new(0));
         for seq in 1..=1000 {
             let c = counter.clone();
-            q.enqueue(seq, vec![], Box::new(move || {
-                c.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }));
+            q.enqueue(
+                seq,
+                vec![],
+                Box::new(move || {
+                    c.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                }),
+            );
         }
         q.drain();
         assert_eq!(counter.load(Ordering::Relaxed), 1000);

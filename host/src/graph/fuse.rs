@@ -61,7 +61,11 @@ impl<'g> std::ops::Deref for Node<'g> {
 ///
 /// Errors when the GraphDef or a NodeDef is not valid wire format. A graph
 /// with two nodes of one name is returned unchanged.
-pub fn fuse_elementwise(graph: &[u8], device_type: &str, preserve: &dyn Fn(&[u8]) -> bool) -> Result<Fusion, GraphError> {
+pub fn fuse_elementwise(
+    graph: &[u8],
+    device_type: &str,
+    preserve: &dyn Fn(&[u8]) -> bool,
+) -> Result<Fusion, GraphError> {
     let unchanged = || Fusion { graph: graph.to_vec(), roots: Vec::new(), fused_nodes: 0 };
     let nodes = read_nodes(graph, device_type)?;
     let mut by_name = HashMap::with_capacity(nodes.len());
@@ -132,7 +136,9 @@ pub fn fuse_elementwise(graph: &[u8], device_type: &str, preserve: &dyn Fn(&[u8]
 
 /// The nodes of `graph`, in order, with the steps they may become.
 fn read_nodes<'g>(graph: &'g [u8], device_type: &str) -> Result<Vec<Node<'g>>, GraphError> {
-    node_defs(graph).map(|node| node.and_then(|(node, at)| read_node(node, device_type).map_err(|e| e.at(at)))).collect()
+    node_defs(graph)
+        .map(|node| node.and_then(|(node, at)| read_node(node, device_type).map_err(|e| e.at(at))))
+        .collect()
 }
 
 fn read_node<'g>(node: &'g [u8], device_type: &str) -> Result<Node<'g>, GraphError> {
@@ -143,7 +149,12 @@ fn read_node<'g>(node: &'g [u8], device_type: &str) -> Result<Node<'g>, GraphErr
     for &(key, value, value_at) in &fields.attrs {
         let last = attr_value(value).map_err(|e| e.at(value_at))?;
         match key {
-            b"T" => float = matches!(last, Some(wire::Field { number: ATTR_VALUE_TYPE, value: Value::Varint { value: DT_FLOAT, .. } })),
+            b"T" => {
+                float = matches!(
+                    last,
+                    Some(wire::Field { number: ATTR_VALUE_TYPE, value: Value::Varint { value: DT_FLOAT, .. } })
+                )
+            }
             // `BiasAdd` in its default layout is an add along the last
             // dimension; NCHW is not.
             b"data_format" => {
@@ -176,7 +187,14 @@ struct Group<'g> {
 impl<'g> Group<'g> {
     /// Adds node `index` and the members below it. False when the tree
     /// exceeds what a program may hold (the group is then left alone).
-    fn collect(&mut self, nodes: &[Node<'g>], by_name: &HashMap<&'g [u8], usize>, joins: &[Option<usize>], index: usize, depth: usize) -> bool {
+    fn collect(
+        &mut self,
+        nodes: &[Node<'g>],
+        by_name: &HashMap<&'g [u8], usize>,
+        joins: &[Option<usize>],
+        index: usize,
+        depth: usize,
+    ) -> bool {
         if depth > fused::MAX_STEPS || self.steps.len() > fused::MAX_STEPS {
             return false;
         }
@@ -295,7 +313,13 @@ mod tests {
             }
             let (n, _) = wire::bytes(graph, &field, "").unwrap();
             let text = |f: &wire::Field| String::from_utf8(wire::bytes(n, f, "").unwrap().0.to_vec()).unwrap();
-            let mut d = Decoded { name: String::new(), op: String::new(), inputs: Vec::new(), device: String::new(), expr: None };
+            let mut d = Decoded {
+                name: String::new(),
+                op: String::new(),
+                inputs: Vec::new(),
+                device: String::new(),
+                expr: None,
+            };
             for f in wire::fields(n) {
                 let f = f.unwrap();
                 match f.number {
@@ -372,11 +396,44 @@ mod tests {
             // TensorFlow fetches `sqrt`.
             ("preserved", adam(WASM0), &|name: &[u8]| name == b"sqrt"),
             // `sqrt` is on the CPU.
-            ("other device", adam(WASM0).into_iter().map(|n| if n.starts_with(b"\x0a\x04sqrt") { node("sqrt", "Sqrt", &["v"], CPU0, &[]) } else { n }).collect(), &keep_nothing),
+            (
+                "other device",
+                adam(WASM0)
+                    .into_iter()
+                    .map(|n| if n.starts_with(b"\x0a\x04sqrt") { node("sqrt", "Sqrt", &["v"], CPU0, &[]) } else { n })
+                    .collect(),
+                &keep_nothing,
+            ),
             // `sqrt` is float64.
-            ("other type", adam(WASM0).into_iter().map(|n| if n.starts_with(b"\x0a\x04sqrt") { node("sqrt", "Sqrt", &["v"], WASM0, &[("T", ATTR_VALUE_TYPE, 2)]) } else { n }).collect(), &keep_nothing),
+            (
+                "other type",
+                adam(WASM0)
+                    .into_iter()
+                    .map(|n| {
+                        if n.starts_with(b"\x0a\x04sqrt") {
+                            node("sqrt", "Sqrt", &["v"], WASM0, &[("T", ATTR_VALUE_TYPE, 2)])
+                        } else {
+                            n
+                        }
+                    })
+                    .collect(),
+                &keep_nothing,
+            ),
             // `sqrt` has an attribute the fused kernel would not honour.
-            ("unknown attr", adam(WASM0).into_iter().map(|n| if n.starts_with(b"\x0a\x04sqrt") { node("sqrt", "Sqrt", &["v"], WASM0, &[("mode", ATTR_VALUE_I, 1)]) } else { n }).collect(), &keep_nothing),
+            (
+                "unknown attr",
+                adam(WASM0)
+                    .into_iter()
+                    .map(|n| {
+                        if n.starts_with(b"\x0a\x04sqrt") {
+                            node("sqrt", "Sqrt", &["v"], WASM0, &[("mode", ATTR_VALUE_I, 1)])
+                        } else {
+                            n
+                        }
+                    })
+                    .collect(),
+                &keep_nothing,
+            ),
             // `sqrt` reads output 1 of a node (not an elementwise op then).
             ("other port", [adam(WASM0), vec![node("x", "Neg", &["sqrt:1"], WASM0, &[])]].concat(), &keep_nothing),
         ];

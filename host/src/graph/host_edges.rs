@@ -94,7 +94,12 @@ pub struct HostEdges {
 ///
 /// Errors when the GraphDef or a NodeDef is not valid wire format. A graph
 /// with two nodes of one name is returned unchanged.
-pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, ours: &dyn Fn(&[u8]) -> bool) -> Result<HostEdges, GraphError> {
+pub fn mark_host_edges(
+    graph: &[u8],
+    device_type: &str,
+    preserve: Preserve<'_>,
+    ours: &dyn Fn(&[u8]) -> bool,
+) -> Result<HostEdges, GraphError> {
     let unchanged = || HostEdges { graph: graph.to_vec(), inputs: 0, outputs: 0, moved: 0 };
     // Each node's bytes (to rewrite it) and its fields, read once.
     let (raw, nodes): (Vec<&[u8]>, Vec<NodeFields<'_>>) = node_defs(graph)
@@ -109,7 +114,8 @@ pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, 
         }
     }
     // A variant returned from a CPU node is returned on that CPU.
-    let moved: Vec<Option<&[u8]>> = nodes.iter().map(|node| variant_home(node, device_type, &nodes, &by_name)).collect();
+    let moved: Vec<Option<&[u8]>> =
+        nodes.iter().map(|node| variant_home(node, device_type, &nodes, &by_name)).collect();
     let device = |index: usize| moved[index].unwrap_or(nodes[index].device);
     let on_cpu: Vec<bool> = (0..nodes.len()).map(|index| placed_on(device(index), "CPU")).collect();
     let markable: Vec<bool> = nodes.iter().map(|n| placed_on(n.device, device_type) && ours(n.op)).collect();
@@ -135,7 +141,8 @@ pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, 
             if !(markable[producer] || passes_on[producer]) || preserve(nodes[producer].name) {
                 return Vec::new();
             }
-            let mut marked: Vec<u64> = ports.into_iter().filter_map(|(port, all_cpu)| all_cpu.then_some(port)).collect();
+            let mut marked: Vec<u64> =
+                ports.into_iter().filter_map(|(port, all_cpu)| all_cpu.then_some(port)).collect();
             marked.sort_unstable();
             marked
         })
@@ -160,7 +167,11 @@ pub fn mark_host_edges(graph: &[u8], device_type: &str, preserve: Preserve<'_>, 
     // may take it in host memory too.
     for (index, node) in nodes.iter().enumerate() {
         if passes_on[index] && output_marks[index] == [0] {
-            let from_cpu = node.data_inputs().next().and_then(|input| by_name.get(input_source(input).0)).is_some_and(|&p| on_cpu[p]);
+            let from_cpu = node
+                .data_inputs()
+                .next()
+                .and_then(|input| by_name.get(input_source(input).0))
+                .is_some_and(|&p| on_cpu[p]);
             if from_cpu {
                 input_marks[index].push(0);
             }
@@ -217,7 +228,12 @@ fn passes_on(node: &NodeFields<'_>, device_type: &str) -> bool {
 /// copied. TensorFlow takes the function's output devices from the
 /// partitions after this pass, and assigns each node the device its
 /// NodeDef names (as for its own `pin_to_host` pass).
-fn variant_home<'g>(node: &NodeFields<'g>, device_type: &str, nodes: &[NodeFields<'g>], by_name: &HashMap<&[u8], usize>) -> Option<&'g [u8]> {
+fn variant_home<'g>(
+    node: &NodeFields<'g>,
+    device_type: &str,
+    nodes: &[NodeFields<'g>],
+    by_name: &HashMap<&[u8], usize>,
+) -> Option<&'g [u8]> {
     if node.op != b"_Retval" || !placed_on(node.device, device_type) || node.type_attr(b"T") != Some(DT_VARIANT) {
         return None;
     }
@@ -498,7 +514,10 @@ mod tests {
         // The moved node keeps everything but its device: input, type.
         let moved = node_defs(&edges.graph).nth(5).unwrap().unwrap().0;
         let fields = NodeFields::read(moved).unwrap();
-        assert_eq!((fields.op, fields.inputs.clone(), fields.type_attr(b"T")), (&b"_Retval"[..], vec![&b"optional"[..]], Some(DT_VARIANT)));
+        assert_eq!(
+            (fields.op, fields.inputs.clone(), fields.type_attr(b"T")),
+            (&b"_Retval"[..], vec![&b"optional"[..]], Some(DT_VARIANT))
+        );
         let again = mark_host_edges(&edges.graph, "WASM", &keep_nothing, &ours).unwrap();
         assert_eq!((again.graph, again.moved), (edges.graph, 0));
     }
@@ -535,10 +554,17 @@ mod tests {
         ];
         let edges = mark_host_edges(&graph(&nodes), "WASM", &|name| name == b"kept", &ours).unwrap();
         assert_eq!(edges.moved, 0);
-        assert!(devices(&edges.graph).iter().zip(&nodes).all(|((_, device), node)| NodeFields::read(node).unwrap().device == device.as_bytes()));
-        let marked: Vec<_> = marks(&edges.graph).into_iter().filter(|(_, ins, outs)| !ins.is_empty() || !outs.is_empty()).collect();
+        assert!(devices(&edges.graph)
+            .iter()
+            .zip(&nodes)
+            .all(|((_, device), node)| NodeFields::read(node).unwrap().device == device.as_bytes()));
+        let marked: Vec<_> =
+            marks(&edges.graph).into_iter().filter(|(_, ins, outs)| !ins.is_empty() || !outs.is_empty()).collect();
         let expect = |name: &str, ins: &[u64], outs: &[u64]| (name.to_owned(), ins.to_vec(), outs.to_vec());
-        assert_eq!(marked, [expect("y", &[0, 1], &[]), expect("round_trip", &[0], &[0]), expect("two_cpus", &[], &[0])]);
+        assert_eq!(
+            marked,
+            [expect("y", &[0, 1], &[]), expect("round_trip", &[0], &[0]), expect("two_cpus", &[], &[0])]
+        );
     }
 
     #[test]

@@ -194,7 +194,9 @@ pub fn edit_nodes(graph: &[u8], edits: &[NodeEdit]) -> Result<Vec<u8>, GraphErro
         }
         match edits.get(node_index) {
             Some(NodeEdit::Replace(node)) => wire::put_bytes_field(GRAPH_NODE, node, &mut out),
-            Some(NodeEdit::Expand(nodes)) => nodes.iter().for_each(|node| wire::put_bytes_field(GRAPH_NODE, node, &mut out)),
+            Some(NodeEdit::Expand(nodes)) => {
+                nodes.iter().for_each(|node| wire::put_bytes_field(GRAPH_NODE, node, &mut out))
+            }
             Some(NodeEdit::Remove) => {}
             Some(NodeEdit::Keep) | None => out.extend_from_slice(raw),
         }

@@ -62,7 +62,9 @@ pub struct Updates {
 /// Errors when the GraphDef or a NodeDef is not valid wire format.
 pub fn assign_updates(graph: &[u8], device_type: &str) -> Result<Updates, GraphError> {
     let nodes = node_defs(graph)
-        .map(|node| node.and_then(|(node, at)| NodeFields::read(node).map(|fields| (node, fields)).map_err(|e| e.at(at))))
+        .map(|node| {
+            node.and_then(|(node, at)| NodeFields::read(node).map(|fields| (node, fields)).map_err(|e| e.at(at)))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let mut names: HashSet<Vec<u8>> = nodes.iter().map(|(_, fields)| fields.name.to_vec()).collect();
 
@@ -86,7 +88,13 @@ pub fn assign_updates(graph: &[u8], device_type: &str) -> Result<Updates, GraphE
         }
         let controls: Vec<&[u8]> = fields.control_inputs().collect();
 
-        let read_node = new_node(&read, b"ReadVariableOp", &[&[handle], &controls[..]].concat(), fields.device, (b"dtype", DT_FLOAT));
+        let read_node = new_node(
+            &read,
+            b"ReadVariableOp",
+            &[&[handle], &controls[..]].concat(),
+            fields.device,
+            (b"dtype", DT_FLOAT),
+        );
         let value_node = new_node(&value, combine, &[&read, update], fields.device, (b"T", DT_FLOAT));
         let assign = assign_node(node, &[&[handle, &value[..]], &controls[..]].concat())?;
         edits[index] = NodeEdit::Expand(vec![read_node, value_node, assign]);
@@ -184,7 +192,14 @@ mod tests {
     #[test]
     fn adam_updates_become_assignments_of_a_sum() {
         let nodes = [
-            update("m_update", "AssignAddVariableOp", &["m_handle", "scaled", "^grad_ready", "^m_read"], WASM0, DT_FLOAT, &["_has_manual_control_dependencies"]),
+            update(
+                "m_update",
+                "AssignAddVariableOp",
+                &["m_handle", "scaled", "^grad_ready", "^m_read"],
+                WASM0,
+                DT_FLOAT,
+                &["_has_manual_control_dependencies"],
+            ),
             update("w_update", "AssignSubVariableOp", &["w_handle:0", "step"], WASM0, DT_FLOAT, &[]),
             update("after", "NoOp", &["^m_update", "^w_update"], WASM0, DT_FLOAT, &[]),
         ];
@@ -193,7 +208,18 @@ mod tests {
         assert_eq!(updates.rewritten, ["m_update", "w_update"]);
         let out = decode(&updates.graph);
         let names: Vec<_> = out.iter().map(|n| n.name.as_str()).collect();
-        assert_eq!(names, ["m_update/tfwasm_read", "m_update/tfwasm_value", "m_update", "w_update/tfwasm_read", "w_update/tfwasm_value", "w_update", "after"]);
+        assert_eq!(
+            names,
+            [
+                "m_update/tfwasm_read",
+                "m_update/tfwasm_value",
+                "m_update",
+                "w_update/tfwasm_read",
+                "w_update/tfwasm_value",
+                "w_update",
+                "after"
+            ]
+        );
 
         let [read, value, assign] = &out[..3] else { unreachable!() };
         // The read waits for what the update waited for.

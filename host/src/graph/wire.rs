@@ -53,7 +53,8 @@ impl Fields<'_> {
         let start = self.at;
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
-            let byte = *self.message.get(self.at).ok_or(GraphError::Malformed { offset: start, what: "truncated varint" })?;
+            let byte =
+                *self.message.get(self.at).ok_or(GraphError::Malformed { offset: start, what: "truncated varint" })?;
             self.at += 1;
             value |= u64::from(byte & 0x7f) << shift;
             if byte & 0x80 == 0 {
@@ -182,15 +183,15 @@ mod tests {
     #[test]
     fn rejects_what_a_protobuf_parser_rejects() {
         for bad in [
-            &[0x12, 5, b'a'][..],        // length past the end
-            &[0x08][..],                 // missing varint
-            &[0x08, 0x80][..],           // truncated varint
+            &[0x12, 5, b'a'][..],                                                          // length past the end
+            &[0x08][..],                                                                   // missing varint
+            &[0x08, 0x80][..],                                                             // truncated varint
             &[0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01][..], // 11-byte varint
-            &[0x00, 0x00][..],           // field 0
-            &[0x0b][..],                 // start group
-            &[0x0e][..],                 // wire type 6
-            &[0x19, 1, 2][..],           // truncated fixed64
-            &[0x12, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f][..], // huge length
+            &[0x00, 0x00][..],                                                             // field 0
+            &[0x0b][..],                                                                   // start group
+            &[0x0e][..],                                                                   // wire type 6
+            &[0x19, 1, 2][..],                                                             // truncated fixed64
+            &[0x12, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f][..],             // huge length
         ] {
             assert!(all(bad).is_err(), "{bad:02x?} should be malformed");
         }

@@ -190,7 +190,9 @@ mod tests {
 
     #[test]
     fn every_device_of_the_type_and_every_name_form() {
-        for device in [WASM0, "/job:localhost/replica:0/task:0/device:WASM:1", "/device:WASM:0", "/device:WASM:*", "/device:WASM"] {
+        for device in
+            [WASM0, "/job:localhost/replica:0/task:0/device:WASM:1", "/device:WASM:0", "/device:WASM:*", "/device:WASM"]
+        {
             let g = graph(&[call("c", device, Some(true))]);
             assert_eq!(clear_must_compile(&g, "WASM").unwrap().nodes, ["c"], "{device}");
         }
@@ -227,7 +229,9 @@ mod tests {
     #[test]
     fn field_order_does_not_matter() {
         // attr before device (TensorFlow writes in field order, others need not)
-        let node = [bool_attr("_XlaMustCompile", true), len_field(NODE_DEVICE, WASM0.as_bytes()), len_field(NODE_NAME, b"c")].concat();
+        let node =
+            [bool_attr("_XlaMustCompile", true), len_field(NODE_DEVICE, WASM0.as_bytes()), len_field(NODE_NAME, b"c")]
+                .concat();
         let out = clear_must_compile(&graph(&[node]), "WASM").unwrap();
         assert_eq!(out.nodes, ["c"]);
     }

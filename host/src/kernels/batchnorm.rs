@@ -70,7 +70,9 @@ impl BatchNormKernel {
             if format != "NHWC" && format != "NDHWC" {
                 return Err(invalid(
                     op,
-                    format!("only channels-last data formats (NHWC, NDHWC) are supported on the WASM device, got {format}"),
+                    format!(
+                        "only channels-last data formats (NHWC, NDHWC) are supported on the WASM device, got {format}"
+                    ),
                 ));
             }
         }
@@ -80,7 +82,10 @@ impl BatchNormKernel {
     /// `x` must be 4-D or 5-D; returns (rest, depth).
     fn layout(&self, what: &str, x: &Tensor) -> Result<(usize, usize), Error> {
         if x.rank() != 4 && x.rank() != 5 {
-            return Err(invalid(self.op, format!("{what} must be 4 or 5-dimensional, got shape {}", ShapeDisplay(x.shape()))));
+            return Err(invalid(
+                self.op,
+                format!("{what} must be 4 or 5-dimensional, got shape {}", ShapeDisplay(x.shape())),
+            ));
         }
         let depth = x.shape()[x.rank() - 1];
         Ok((x.len().checked_div(depth).unwrap_or(0), depth))
@@ -88,13 +93,19 @@ impl BatchNormKernel {
 
     fn vector<'a>(&self, what: &str, t: &'a Tensor, depth: Option<usize>) -> Result<&'a [f32], Error> {
         if t.rank() != 1 {
-            return Err(invalid(self.op, format!("{what} must be 1-dimensional, got shape {}", ShapeDisplay(t.shape()))));
+            return Err(invalid(
+                self.op,
+                format!("{what} must be 1-dimensional, got shape {}", ShapeDisplay(t.shape())),
+            ));
         }
         if let Some(depth) = depth {
             if t.len() != depth {
                 return Err(invalid(
                     self.op,
-                    format!("{what} must have the same number of elements as the channels of x, got {} and {depth}", t.len()),
+                    format!(
+                        "{what} must have the same number of elements as the channels of x, got {} and {depth}",
+                        t.len()
+                    ),
                 ));
             }
         }
@@ -117,12 +128,9 @@ impl Rows {
         let len = rest * depth;
         let threads = pool::threads();
         let parallel = len >= PARALLEL_MIN_ELEMENTS && threads > 1;
-        let chunk = if parallel {
-            rest.div_ceil(threads * 4).max(MIN_CHUNK_ELEMENTS.div_ceil(depth.max(1)))
-        } else {
-            rest
-        }
-        .max(1);
+        let chunk =
+            if parallel { rest.div_ceil(threads * 4).max(MIN_CHUNK_ELEMENTS.div_ceil(depth.max(1))) } else { rest }
+                .max(1);
         Rows { rest, depth, chunk, parallel }
     }
 
@@ -182,7 +190,8 @@ impl Kernel for BatchNormKernel {
     fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
         let op = self.op;
         expect_inputs(op, ctx, 5)?;
-        let (x, scale, offset, mean_in, var_in) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.input(3)?, ctx.input(4)?);
+        let (x, scale, offset, mean_in, var_in) =
+            (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.input(3)?, ctx.input(4)?);
         let (rest, depth) = self.layout("input", &x)?;
         let scale_v = self.vector("scale", &scale, Some(depth))?;
         let offset_v = self.vector("offset", &offset, Some(depth))?;
@@ -328,8 +337,7 @@ impl Kernel for BatchNormGradKernel {
         let coef1: Vec<f32> = scale_v.iter().zip(&coef0).map(|(&s, &c)| s * c).collect();
         if k.is_training {
             let dy_mean: Vec<f32> = sum_dy.iter().map(|&s| (s / rest as f64) as f32).collect();
-            let coef2: Vec<f32> =
-                sum_dyx.iter().zip(&coef0).map(|(&s, &c)| c * c * (s / rest as f64) as f32).collect();
+            let coef2: Vec<f32> = sum_dyx.iter().zip(&coef0).map(|(&s, &c)| c * c * (s / rest as f64) as f32).collect();
             rows.fill(dx.data_mut()?, |first, out| {
                 let range = first * depth..first * depth + out.len();
                 let rows_in = xd[range.clone()].chunks_exact(depth).zip(dyd[range].chunks_exact(depth));
@@ -439,7 +447,13 @@ mod tests {
         let kernel = BatchNormKernel::new("FusedBatchNormV3", &attrs(eps, factor, training)).unwrap();
         let out = LocalContext::run(
             &kernel,
-            vec![t(shape, x.clone()), t(&[depth], scale.clone()), t(&[depth], offset.clone()), t(&[depth], mean_in.clone()), t(&[depth], var_in.clone())],
+            vec![
+                t(shape, x.clone()),
+                t(&[depth], scale.clone()),
+                t(&[depth], offset.clone()),
+                t(&[depth], mean_in.clone()),
+                t(&[depth], var_in.clone()),
+            ],
             &[DType::F32; 6],
         )
         .unwrap();
@@ -475,7 +489,8 @@ mod tests {
 
         // Gradient, fed the reserve spaces as TensorFlow does.
         let dy = values(len, 6);
-        let grad = BatchNormGradKernel(BatchNormKernel::new("FusedBatchNormGradV3", &attrs(eps, factor, training)).unwrap());
+        let grad =
+            BatchNormGradKernel(BatchNormKernel::new("FusedBatchNormGradV3", &attrs(eps, factor, training)).unwrap());
         let g = LocalContext::run(
             &grad,
             vec![
@@ -501,7 +516,8 @@ mod tests {
                 let c = i % depth;
                 if training {
                     let xc = x[i] as f64 - m[c];
-                    scale[c] as f64 * inv[c]
+                    scale[c] as f64
+                        * inv[c]
                         * (dy[i] as f64 - sum_dy[c] / rest as f64 - xc * inv[c] * inv[c] * sum_dyx[c] / rest as f64)
                 } else {
                     dy[i] as f64 * scale[c] as f64 * inv[c]
@@ -518,7 +534,9 @@ mod tests {
 
     #[test]
     fn batch_norm_matches_reference() {
-        for shape in [&[1, 1, 1, 1][..], &[2, 3, 5, 7], &[1, 1, 1, 3], &[3, 7, 11, 1], &[2, 3, 2, 5, 4], &[32, 14, 14, 8]] {
+        for shape in
+            [&[1, 1, 1, 1][..], &[2, 3, 5, 7], &[1, 1, 1, 3], &[3, 7, 11, 1], &[2, 3, 2, 5, 4], &[32, 14, 14, 8]]
+        {
             for (training, factor) in [(true, 1.0), (true, 0.01), (false, 1.0)] {
                 check(shape, training, factor);
             }
@@ -530,7 +548,13 @@ mod tests {
         let kernel = BatchNormKernel::new("FusedBatchNormV3", &attrs(1e-3, 1.0, true)).unwrap();
         let out = LocalContext::run(
             &kernel,
-            vec![t(&[0, 2, 2, 3], vec![]), t(&[3], vec![1.0; 3]), t(&[3], vec![0.0; 3]), t(&[0], vec![]), t(&[0], vec![])],
+            vec![
+                t(&[0, 2, 2, 3], vec![]),
+                t(&[3], vec![1.0; 3]),
+                t(&[3], vec![0.0; 3]),
+                t(&[0], vec![]),
+                t(&[0], vec![]),
+            ],
             &[DType::F32; 6],
         )
         .unwrap();
@@ -563,7 +587,13 @@ mod tests {
             let len = x.iter().product();
             LocalContext::run(
                 &kernel,
-                vec![t(x, vec![0.0; len]), t(&[c], vec![1.0; c]), t(&[c], vec![0.0; c]), t(&[m], vec![0.0; m]), t(&[m], vec![1.0; m])],
+                vec![
+                    t(x, vec![0.0; len]),
+                    t(&[c], vec![1.0; c]),
+                    t(&[c], vec![0.0; c]),
+                    t(&[m], vec![0.0; m]),
+                    t(&[m], vec![1.0; m]),
+                ],
                 &[DType::F32; 6],
             )
             .map(|_| ())

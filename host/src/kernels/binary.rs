@@ -100,15 +100,42 @@ pub const KERNELS: &[KernelDef] = &[
 macro_rules! with_arith {
     ($op:expr, $f:ident => $body:expr, $other:expr) => {
         match $op {
-            BinaryOp::Add => { let $f = |x: f32, y: f32| x + y; $body }
-            BinaryOp::Sub => { let $f = |x: f32, y: f32| x - y; $body }
-            BinaryOp::Mul => { let $f = |x: f32, y: f32| x * y; $body }
-            BinaryOp::RealDiv => { let $f = |x: f32, y: f32| x / y; $body }
-            BinaryOp::DivNoNan => { let $f = |x: f32, y: f32| if y == 0.0 { 0.0 } else { x / y }; $body }
-            BinaryOp::Maximum => { let $f = maximum; $body }
-            BinaryOp::Minimum => { let $f = minimum; $body }
-            BinaryOp::Pow => { let $f = f32::powf; $body }
-            BinaryOp::SquaredDifference => { let $f = |x: f32, y: f32| (x - y) * (x - y); $body }
+            BinaryOp::Add => {
+                let $f = |x: f32, y: f32| x + y;
+                $body
+            }
+            BinaryOp::Sub => {
+                let $f = |x: f32, y: f32| x - y;
+                $body
+            }
+            BinaryOp::Mul => {
+                let $f = |x: f32, y: f32| x * y;
+                $body
+            }
+            BinaryOp::RealDiv => {
+                let $f = |x: f32, y: f32| x / y;
+                $body
+            }
+            BinaryOp::DivNoNan => {
+                let $f = |x: f32, y: f32| if y == 0.0 { 0.0 } else { x / y };
+                $body
+            }
+            BinaryOp::Maximum => {
+                let $f = maximum;
+                $body
+            }
+            BinaryOp::Minimum => {
+                let $f = minimum;
+                $body
+            }
+            BinaryOp::Pow => {
+                let $f = f32::powf;
+                $body
+            }
+            BinaryOp::SquaredDifference => {
+                let $f = |x: f32, y: f32| (x - y) * (x - y);
+                $body
+            }
             _ => $other,
         }
     };
@@ -514,12 +541,26 @@ impl BinaryPlan {
             // Fast paths: same shape (steps 1,1) or one single-element
             // operand (a step of 0); no odometer at all.
             let (a_step, b_step) = self.broadcast.inner_steps();
-            combine(f, operand(a, start * a_step, out.len(), a_step), a_step, operand(b, start * b_step, out.len(), b_step), b_step, out);
+            combine(
+                f,
+                operand(a, start * a_step, out.len(), a_step),
+                a_step,
+                operand(b, start * b_step, out.len(), b_step),
+                b_step,
+                out,
+            );
             return;
         }
         self.broadcast.for_each_run(start, out.len(), |run| {
             let dst = &mut out[run.out - start..run.out - start + run.len];
-            combine(f, operand(a, run.a, run.len, run.a_step), run.a_step, operand(b, run.b, run.len, run.b_step), run.b_step, dst);
+            combine(
+                f,
+                operand(a, run.a, run.len, run.a_step),
+                run.a_step,
+                operand(b, run.b, run.len, run.b_step),
+                run.b_step,
+                dst,
+            );
         });
     }
 }
@@ -550,27 +591,37 @@ fn operand<T>(data: &[T], first: usize, len: usize, step: usize) -> &[T] {
 /// `out[i] = f(a[i * a_step], b[i * b_step])` with steps 0 or 1, each case a
 /// plain loop the compiler vectorises (in AVX2 lanes where the CPU has them).
 #[inline(always)]
-fn combine<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(f: F, a: &[A], a_step: usize, b: &[B], b_step: usize, out: &mut [O]) {
-    in_wide_lanes(#[inline(always)] || match (a_step, b_step) {
-        (0, 0) => out.fill(f(a[0], b[0])),
-        (0, _) => {
-            let x = a[0];
-            for (o, &y) in out.iter_mut().zip(b) {
-                *o = f(x, y);
+fn combine<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(
+    f: F,
+    a: &[A],
+    a_step: usize,
+    b: &[B],
+    b_step: usize,
+    out: &mut [O],
+) {
+    in_wide_lanes(
+        #[inline(always)]
+        || match (a_step, b_step) {
+            (0, 0) => out.fill(f(a[0], b[0])),
+            (0, _) => {
+                let x = a[0];
+                for (o, &y) in out.iter_mut().zip(b) {
+                    *o = f(x, y);
+                }
             }
-        }
-        (_, 0) => {
-            let y = b[0];
-            for (o, &x) in out.iter_mut().zip(a) {
-                *o = f(x, y);
+            (_, 0) => {
+                let y = b[0];
+                for (o, &x) in out.iter_mut().zip(a) {
+                    *o = f(x, y);
+                }
             }
-        }
-        _ => {
-            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-                *o = f(x, y);
+            _ => {
+                for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                    *o = f(x, y);
+                }
             }
-        }
-    })
+        },
+    )
 }
 
 // ---------------------------------------------------------------- SelectV2
@@ -599,7 +650,9 @@ impl Kernel for SelectV2Kernel {
 
 /// `out = c ? t : e` over a three-way broadcast.
 fn select(plan: &Broadcast3, c: &[TfBool], t: &[f32], e: &[f32], out: &mut [f32]) -> Result<(), Error> {
-    for (what, len, shape) in [("condition", c.len(), &plan.shapes[0]), ("t", t.len(), &plan.shapes[1]), ("e", e.len(), &plan.shapes[2])] {
+    for (what, len, shape) in
+        [("condition", c.len(), &plan.shapes[0]), ("t", t.len(), &plan.shapes[1]), ("e", e.len(), &plan.shapes[2])]
+    {
         check_len("SelectV2", what, len, shape)?;
     }
     check_len("SelectV2", "the output", out.len(), &plan.output_shape)?;
@@ -608,7 +661,9 @@ fn select(plan: &Broadcast3, c: &[TfBool], t: &[f32], e: &[f32], out: &mut [f32]
             let dst = &mut chunk[out_at - start..out_at - start + len];
             match (cs, ts, es) {
                 (1, 1, 1) => {
-                    for (((o, &k), &x), &y) in dst.iter_mut().zip(&c[ci..ci + len]).zip(&t[ti..ti + len]).zip(&e[ei..ei + len]) {
+                    for (((o, &k), &x), &y) in
+                        dst.iter_mut().zip(&c[ci..ci + len]).zip(&t[ti..ti + len]).zip(&e[ei..ei + len])
+                    {
                         *o = if k.get() { x } else { y };
                     }
                 }
@@ -911,7 +966,10 @@ mod tests {
         let min = run(BinaryOp::Minimum, [nan, 1.0, -0.0, 0.0], [1.0, nan, 0.0, -0.0]);
         assert!(min[0].is_nan() && min[1].is_nan());
         assert_eq!((min[2].to_bits(), min[3].to_bits()), ((-0.0f32).to_bits(), 0.0f32.to_bits()));
-        assert_eq!(run(BinaryOp::DivNoNan, [1.0, nan, 0.0, f32::INFINITY], [0.0, 0.0, 0.0, 2.0]), [0.0, 0.0, 0.0, f32::INFINITY]);
+        assert_eq!(
+            run(BinaryOp::DivNoNan, [1.0, nan, 0.0, f32::INFINITY], [0.0, 0.0, 0.0, 2.0]),
+            [0.0, 0.0, 0.0, f32::INFINITY]
+        );
         let pow = run(BinaryOp::Pow, [-2.0, 0.0, nan, 1.0], [3.0, -1.0, 0.0, nan]);
         assert_eq!(pow, [-8.0, f32::INFINITY, 1.0, 1.0]);
     }
@@ -926,7 +984,11 @@ mod tests {
                 7 => i64::MIN,
                 _ => {
                     let v = (v * 6.0).round() as i64;
-                    if nonzero && v == 0 { 5 } else { v }
+                    if nonzero && v == 0 {
+                        5
+                    } else {
+                        v
+                    }
                 }
             })
             .collect()
@@ -952,13 +1014,18 @@ mod tests {
                 let b = int_values(b_shape.iter().product(), 12, true);
                 let (shape, expected) = reference(&a, a_shape, &b, b_shape, f);
                 let kernel = IntegerKernel { op, name: op.op_name() };
-                let inputs = vec![Tensor::from_vec(a_shape, a.clone()).unwrap(), Tensor::from_vec(b_shape, b.clone()).unwrap()];
+                let inputs =
+                    vec![Tensor::from_vec(a_shape, a.clone()).unwrap(), Tensor::from_vec(b_shape, b.clone()).unwrap()];
                 let out = LocalContext::run(&kernel, inputs, &[DType::I64]).unwrap();
                 assert_eq!(out[0].shape(), shape.as_slice(), "{op:?} {a_shape:?} {b_shape:?}");
                 assert_eq!(out[0].to_vec::<i64>().unwrap(), expected, "{op:?} {a_shape:?} {b_shape:?}");
                 // The same op on int32 (the low halves; wrapping keeps them consistent).
-                let (a32, b32): (Vec<i32>, Vec<i32>) = (a.iter().map(|&v| v as i32).collect(), b.iter().map(|&v| if v as i32 == 0 { 3 } else { v as i32 }).collect());
-                let (_, expected32) = reference(&a32, a_shape, &b32, b_shape, |x: i32, y: i32| f(i64::from(x), i64::from(y)));
+                let (a32, b32): (Vec<i32>, Vec<i32>) = (
+                    a.iter().map(|&v| v as i32).collect(),
+                    b.iter().map(|&v| if v as i32 == 0 { 3 } else { v as i32 }).collect(),
+                );
+                let (_, expected32) =
+                    reference(&a32, a_shape, &b32, b_shape, |x: i32, y: i32| f(i64::from(x), i64::from(y)));
                 let inputs = vec![Tensor::from_vec(a_shape, a32).unwrap(), Tensor::from_vec(b_shape, b32).unwrap()];
                 let out = LocalContext::run(&kernel, inputs, &[DType::I32]).unwrap();
                 let expected32: Vec<i32> = expected32.iter().map(|&v| v as i32).collect();
@@ -999,7 +1066,8 @@ mod tests {
                 };
                 let (shape, expected) = reference(&a, a_shape, &b, b_shape, f);
                 let kernel = CompareKernel { op, name: op.op_name(), incompatible_shape_error: true };
-                let inputs = vec![Tensor::from_vec(a_shape, a.clone()).unwrap(), Tensor::from_vec(b_shape, b.clone()).unwrap()];
+                let inputs =
+                    vec![Tensor::from_vec(a_shape, a.clone()).unwrap(), Tensor::from_vec(b_shape, b.clone()).unwrap()];
                 let out = LocalContext::run(&kernel, inputs, &[DType::Bool]).unwrap();
                 assert_eq!(out[0].shape(), shape.as_slice());
                 let got: Vec<bool> = out[0].to_vec::<TfBool>().unwrap().iter().map(|v| v.get()).collect();
@@ -1017,7 +1085,8 @@ mod tests {
         let got: Vec<u8> = out[0].to_vec::<TfBool>().unwrap().iter().map(|v| v.0).collect();
         assert_eq!(got, [1, 0, 1, 0, 0, 0]);
 
-        let mismatched = || vec![Tensor::from_vec(&[2], vec![1.0f32; 2]).unwrap(), Tensor::from_vec(&[3], vec![1.0f32; 3]).unwrap()];
+        let mismatched =
+            || vec![Tensor::from_vec(&[2], vec![1.0f32; 2]).unwrap(), Tensor::from_vec(&[3], vec![1.0f32; 3]).unwrap()];
         let error = LocalContext::run(&kernel, mismatched(), &[DType::Bool]).unwrap_err();
         assert_eq!(error.to_string(), "tfwasm: Equal: incompatible broadcast shapes [2] and [3]");
         for (op, expected) in [(BinaryOp::Equal, 0), (BinaryOp::NotEqual, 1)] {
@@ -1032,8 +1101,10 @@ mod tests {
     fn logical_ops_broadcast() {
         for op in [BinaryOp::LogicalAnd, BinaryOp::LogicalOr] {
             for &(a_shape, b_shape) in SHAPE_PAIRS {
-                let a: Vec<TfBool> = values(a_shape.iter().product(), 5).iter().map(|&v| TfBool::from(v > 0.0)).collect();
-                let b: Vec<TfBool> = values(b_shape.iter().product(), 6).iter().map(|&v| TfBool::from(v > 0.0)).collect();
+                let a: Vec<TfBool> =
+                    values(a_shape.iter().product(), 5).iter().map(|&v| TfBool::from(v > 0.0)).collect();
+                let b: Vec<TfBool> =
+                    values(b_shape.iter().product(), 6).iter().map(|&v| TfBool::from(v > 0.0)).collect();
                 let (shape, expected) = reference(&a, a_shape, &b, b_shape, |x: TfBool, y: TfBool| {
                     if op == BinaryOp::LogicalAnd {
                         x.get() && y.get()
@@ -1057,7 +1128,8 @@ mod tests {
         let rank = c_shape.len().max(t_shape.len()).max(e_shape.len());
         let pad = |s: &[usize]| [vec![1; rank - s.len()], s.to_vec()].concat();
         let (pc, pt, pe) = (pad(c_shape), pad(t_shape), pad(e_shape));
-        let out_shape: Vec<usize> = (0..rank).map(|i| pc[i].max(pt[i]).max(pe[i]) * (pc[i].min(pt[i]).min(pe[i]) > 0) as usize).collect();
+        let out_shape: Vec<usize> =
+            (0..rank).map(|i| pc[i].max(pt[i]).max(pe[i]) * (pc[i].min(pt[i]).min(pe[i]) > 0) as usize).collect();
         let len: usize = out_shape.iter().product();
         let expected: Vec<f32> = (0..len)
             .map(|flat| {
@@ -1145,8 +1217,15 @@ mod tests {
     fn kernels_run_through_the_context() {
         for def in KERNELS.iter().filter(|d| d.types == types::T_F32 && d.op != "SelectV2") {
             let kernel = (def.build)(&NoAttrs).unwrap();
-            let inputs = vec![Tensor::from_vec(&[2, 1], vec![3.0f32, -1.0]).unwrap(), Tensor::from_vec(&[3], vec![1.0f32, 2.0, 0.0]).unwrap()];
-            let dtype = if matches!(def.op, "Less" | "LessEqual" | "Greater" | "GreaterEqual") { DType::Bool } else { DType::F32 };
+            let inputs = vec![
+                Tensor::from_vec(&[2, 1], vec![3.0f32, -1.0]).unwrap(),
+                Tensor::from_vec(&[3], vec![1.0f32, 2.0, 0.0]).unwrap(),
+            ];
+            let dtype = if matches!(def.op, "Less" | "LessEqual" | "Greater" | "GreaterEqual") {
+                DType::Bool
+            } else {
+                DType::F32
+            };
             let out = LocalContext::run(kernel.as_ref(), inputs, &[dtype]).unwrap();
             assert_eq!(out[0].shape(), &[2, 3], "{}", def.op);
         }

@@ -70,7 +70,10 @@ pub(crate) enum Padding {
     Valid,
     Same,
     /// Explicit (before, after) paddings for rows and columns.
-    Explicit { rows: (usize, usize), cols: (usize, usize) },
+    Explicit {
+        rows: (usize, usize),
+        cols: (usize, usize),
+    },
 }
 
 impl Padding {
@@ -136,7 +139,8 @@ impl Window {
     ) -> Result<Self, Error> {
         let too_large = || invalid(op, "window dimensions are too large");
         let to_i64 = |v: usize| i64::try_from(v).map_err(|_| too_large());
-        let (input_i, size_i, stride_i, dilation_i) = (to_i64(input)?, to_i64(size)?, to_i64(stride)?, to_i64(dilation)?);
+        let (input_i, size_i, stride_i, dilation_i) =
+            (to_i64(input)?, to_i64(size)?, to_i64(stride)?, to_i64(dilation)?);
         let effective = (size_i - 1).checked_mul(dilation_i).and_then(|v| v.checked_add(1)).ok_or_else(too_large)?;
         let (output, pad_before) = match padding {
             Padding::Valid => ((input_i - effective + stride_i) / stride_i, 0),
@@ -170,13 +174,11 @@ impl Window {
     /// The window elements `k` of output `o` that fall inside the input.
     #[inline]
     pub(crate) fn valid_range(&self, o: usize) -> std::ops::Range<usize> {
-        let start_pos = o * self.stride; // position of k = 0, in padded coordinates
+        // start_pos: the position of k = 0, in padded coordinates.
+        let start_pos = o * self.stride;
         // smallest k with start_pos + k*d >= pad_before
-        let first = if start_pos >= self.pad_before {
-            0
-        } else {
-            (self.pad_before - start_pos).div_ceil(self.dilation)
-        };
+        let first =
+            if start_pos >= self.pad_before { 0 } else { (self.pad_before - start_pos).div_ceil(self.dilation) };
         // largest k with start_pos + k*d < pad_before + input
         let limit = self.pad_before + self.input;
         let end = if start_pos >= limit { 0 } else { (limit - start_pos - 1) / self.dilation + 1 };
@@ -724,9 +726,8 @@ impl Kernel for ConvKernel {
                 let input = rank4(name, "input", a.shape())?;
                 let grad = rank4(name, "out_backprop", c.shape())?;
                 let sizes = shape_arg(name, "filter_sizes", &b)?;
-                let filter = <[usize; 4]>::try_from(sizes.as_slice()).map_err(|_| {
-                    invalid(name, format!("filter_sizes must contain 4 values, got {}", sizes.len()))
-                })?;
+                let filter = <[usize; 4]>::try_from(sizes.as_slice())
+                    .map_err(|_| invalid(name, format!("filter_sizes must contain 4 values, got {}", sizes.len())))?;
                 let geom = self.geometry(input, filter)?;
                 self.check_grad(&geom, grad)?;
                 let mut out = ctx.allocate_output(0, &geom.filter_shape())?;

@@ -54,7 +54,8 @@ pub const MAX_STEPS: usize = 256;
 /// that reached them; deferred, Adam's updates of different variables run
 /// side by side. (Keras MLP step, in-process A/B: 6.41 against 6.58 ms and
 /// 6.50 against 6.68 ms; small CNN 7.52 against 7.62 ms.)
-pub const KERNELS: &[KernelDef] = &[KernelDef::new(OP, types::T_F32, |attrs| Ok(Box::new(FusedKernel::new(attrs)?))).deferrable()];
+pub const KERNELS: &[KernelDef] =
+    &[KernelDef::new(OP, types::T_F32, |attrs| Ok(Box::new(FusedKernel::new(attrs)?))).deferrable()];
 
 /// One step of a program.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -215,7 +216,8 @@ impl Program {
                 Step::Unary(_) => stack.pop().expect("validated program"),
                 Step::Binary(_) | Step::BiasAdd => {
                     let (b, a) = (stack.pop().expect("validated program"), stack.pop().expect("validated program"));
-                    let fail = |what: String| Error::InvalidArgument(format!("{OP} (step {i}, {}): {what}", step.name()));
+                    let fail =
+                        |what: String| Error::InvalidArgument(format!("{OP} (step {i}, {}): {what}", step.name()));
                     if let Step::BiasAdd = step {
                         if a.len() < 2 {
                             return Err(fail(format!("Input tensor must be at least 2D: {}", ShapeDisplay(&a))));
@@ -254,8 +256,11 @@ impl Program {
     fn fill(&self, plan: &Plan, inputs: &[&[f32]], tiles: &[Vec<f32>], start: usize, out: &mut [f32]) {
         let block = out.len().min(BLOCK);
         let mut scratch = Scratch::new(block);
-        let mut gathered: SmallVec<[Vec<f32>; 8]> =
-            plan.inputs.iter().map(|layout| if matches!(layout, Layout::Strided(_)) { vec![0.0; block] } else { Vec::new() }).collect();
+        let mut gathered: SmallVec<[Vec<f32>; 8]> = plan
+            .inputs
+            .iter()
+            .map(|layout| if matches!(layout, Layout::Strided(_)) { vec![0.0; block] } else { Vec::new() })
+            .collect();
         let end = start + out.len();
         let mut at = start;
         while at < end {
@@ -273,7 +278,9 @@ impl Program {
                 .map(|((layout, data), (buffer, tile))| match *layout {
                     Layout::Full => Operand { data: &data[at..at + len], repeated: false },
                     Layout::Single => Operand { data: &data[..1], repeated: true },
-                    Layout::Periodic(period) => Operand { data: &tile[at % period..at % period + len], repeated: false },
+                    Layout::Periodic(period) => {
+                        Operand { data: &tile[at % period..at % period + len], repeated: false }
+                    }
                     Layout::Strided(_) => Operand { data: &buffer[..len], repeated: false },
                 })
                 .collect();
@@ -386,7 +393,13 @@ impl Scratch {
     /// Runs `compute(buffers, dest)` for a step whose operands were
     /// `popped`: `dest` is the span's output for the program's last step,
     /// else a free scratch buffer. Then frees the operands' buffers.
-    fn write<'v>(&mut self, last: bool, out: &mut [f32], popped: &[Value<'v>], compute: impl FnOnce(&[Vec<f32>], &mut [f32])) -> Value<'v> {
+    fn write<'v>(
+        &mut self,
+        last: bool,
+        out: &mut [f32],
+        popped: &[Value<'v>],
+        compute: impl FnOnce(&[Vec<f32>], &mut [f32]),
+    ) -> Value<'v> {
         let value = if last {
             compute(&self.buffers, out);
             Value::Out
@@ -445,8 +458,9 @@ impl Plan {
     fn new(shapes: &[&[usize]], shape: Dims) -> Result<Self, Error> {
         let rank = shape.len();
         let dim_of = |shape: &[usize], i: usize| if i + shape.len() < rank { 1 } else { shape[i + shape.len() - rank] };
-        let len = element_count(&shape)
-            .ok_or_else(|| Error::InvalidArgument(format!("{OP}: output shape {} is too large", ShapeDisplay(&shape))))?;
+        let len = element_count(&shape).ok_or_else(|| {
+            Error::InvalidArgument(format!("{OP}: output shape {} is too large", ShapeDisplay(&shape)))
+        })?;
         let inputs = shapes
             .iter()
             .map(|s| {
@@ -479,7 +493,11 @@ impl Plan {
 
     fn check(&self, inputs: &[&[f32]], out_len: usize) -> Result<(), Error> {
         if out_len != self.len || inputs.len() != self.inputs.len() {
-            return Err(Error::Internal(format!("{OP}: {} inputs and {out_len} outputs for a plan of {}", inputs.len(), self.len)));
+            return Err(Error::Internal(format!(
+                "{OP}: {} inputs and {out_len} outputs for a plan of {}",
+                inputs.len(),
+                self.len
+            )));
         }
         for (k, (data, layout)) in inputs.iter().zip(&self.inputs).enumerate() {
             let needed = match layout {
@@ -487,10 +505,15 @@ impl Plan {
                 Layout::Single => 1,
                 Layout::Periodic(period) => *period,
                 // The last element a stride reaches, plus one.
-                Layout::Strided(strides) => 1 + strides.iter().zip(&self.shape).map(|(s, d)| s * (d - 1)).sum::<usize>(),
+                Layout::Strided(strides) => {
+                    1 + strides.iter().zip(&self.shape).map(|(s, d)| s * (d - 1)).sum::<usize>()
+                }
             };
             if self.len > 0 && data.len() < needed {
-                return Err(Error::InvalidArgument(format!("{OP}: input {k} has {} elements, needs {needed}", data.len())));
+                return Err(Error::InvalidArgument(format!(
+                    "{OP}: input {k} has {} elements, needs {needed}",
+                    data.len()
+                )));
             }
         }
         Ok(())
@@ -558,9 +581,11 @@ pub struct FusedKernel {
 
 impl FusedKernel {
     pub fn new(attrs: &dyn Attrs) -> Result<Self, Error> {
-        let inputs = usize::try_from(attrs.int("N")?).map_err(|_| Error::InvalidArgument(format!("{OP}: negative N")))?;
+        let inputs =
+            usize::try_from(attrs.int("N")?).map_err(|_| Error::InvalidArgument(format!("{OP}: negative N")))?;
         let expr = attrs.string("expr")?;
-        let program = Program::parse(&expr, inputs).map_err(|e| Error::InvalidArgument(format!("{OP}: expr {expr:?}: {e}")))?;
+        let program =
+            Program::parse(&expr, inputs).map_err(|e| Error::InvalidArgument(format!("{OP}: expr {expr:?}: {e}")))?;
         Ok(FusedKernel { program })
     }
 }
@@ -605,7 +630,11 @@ mod tests {
             Err(Error::Internal(format!("no attribute {name}")))
         }
         fn int(&self, name: &str) -> Result<i64, Error> {
-            if name == "N" { Ok(self.n) } else { Err(Error::Internal(format!("no attribute {name}"))) }
+            if name == "N" {
+                Ok(self.n)
+            } else {
+                Err(Error::Internal(format!("no attribute {name}")))
+            }
         }
         fn float(&self, name: &str) -> Result<f32, Error> {
             Err(Error::Internal(format!("no attribute {name}")))
@@ -614,7 +643,11 @@ mod tests {
             Err(Error::Internal(format!("no attribute {name}")))
         }
         fn string(&self, name: &str) -> Result<String, Error> {
-            if name == "expr" { Ok(self.expr.to_owned()) } else { Err(Error::Internal(format!("no attribute {name}"))) }
+            if name == "expr" {
+                Ok(self.expr.to_owned())
+            } else {
+                Err(Error::Internal(format!("no attribute {name}")))
+            }
         }
         fn dtype(&self, _: &str) -> Result<DType, Error> {
             Ok(DType::F32)

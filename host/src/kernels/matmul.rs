@@ -18,8 +18,12 @@ use crate::error::Error;
 pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("MatMul", types::T_F32, build_matmul).deferrable(),
     KernelDef::new("BatchMatMulV2", types::T_F32, build_batch_matmul).deferrable(),
-    KernelDef::new("BiasAdd", types::T_F32, |a| Ok(Box::new(BiasKernel { channels_first: channels_first(a)?, grad: false }))),
-    KernelDef::new("BiasAddGrad", types::T_F32, |a| Ok(Box::new(BiasKernel { channels_first: channels_first(a)?, grad: true }))),
+    KernelDef::new("BiasAdd", types::T_F32, |a| {
+        Ok(Box::new(BiasKernel { channels_first: channels_first(a)?, grad: false }))
+    }),
+    KernelDef::new("BiasAddGrad", types::T_F32, |a| {
+        Ok(Box::new(BiasKernel { channels_first: channels_first(a)?, grad: true }))
+    }),
 ];
 
 /// Reads `transpose_a`/`transpose_b`. `grad_a`/`grad_b` (present on newer
@@ -101,7 +105,11 @@ impl MatMulPlan {
         // the output size, which TensorFlow will allocate).
         let fits = |x: usize| isize::try_from(x).is_ok();
         if ![m, n, k].into_iter().all(fits) || m.checked_mul(n).is_none_or(|len| !fits(len)) {
-            return Err(invalid(format!("shapes {} and {} are too large", ShapeDisplay(a_shape), ShapeDisplay(b_shape))));
+            return Err(invalid(format!(
+                "shapes {} and {} are too large",
+                ShapeDisplay(a_shape),
+                ShapeDisplay(b_shape)
+            )));
         }
         Ok(MatMulPlan { attrs, m, n, k })
     }
@@ -285,7 +293,9 @@ mod tests {
         // A layer's weight gradient: xᵀ[784,128] · dy[128,512].
         assert_eq!(t_a.deferral_work(&[&[128, 784], &[128, 512]]), Some(784 * 128 * 512));
         // A Dense(10) on 784 features: large operands, little work.
-        assert!(MatMulAttrs::default().deferral_work(&[&[128, 784], &[784, 10]]).unwrap() < crate::kernels::DEFER_MIN_WORK);
+        assert!(
+            MatMulAttrs::default().deferral_work(&[&[128, 784], &[784, 10]]).unwrap() < crate::kernels::DEFER_MIN_WORK
+        );
         // Shapes the kernel will reject: no estimate (decided by bytes).
         assert_eq!(MatMulAttrs::default().deferral_work(&[&[3, 4], &[5, 6]]), None);
         assert_eq!(MatMulAttrs::default().deferral_work(&[&[3, 4]]), None);
@@ -440,9 +450,14 @@ impl BatchMatMulPlan {
             ))
         })?;
         let matrix = MatMulPlan::new(attrs, x_mat, y_mat).map_err(|_| {
-            invalid(format!("Matrix size-incompatible: In[0]: {}, In[1]: {}", ShapeDisplay(x_shape), ShapeDisplay(y_shape)))
+            invalid(format!(
+                "Matrix size-incompatible: In[0]: {}, In[1]: {}",
+                ShapeDisplay(x_shape),
+                ShapeDisplay(y_shape)
+            ))
         })?;
-        let too_large = || invalid(format!("shapes {} and {} are too large", ShapeDisplay(x_shape), ShapeDisplay(y_shape)));
+        let too_large =
+            || invalid(format!("shapes {} and {} are too large", ShapeDisplay(x_shape), ShapeDisplay(y_shape)));
         let x_len = element_count(x_shape).ok_or_else(too_large)?;
         let y_len = element_count(y_shape).ok_or_else(too_large)?;
         let mut output_shape = broadcast.output_shape().to_vec();
@@ -509,7 +524,11 @@ impl BatchMatMulPlan {
         let k = if xm == 0 || m == 0 { 0 } else { xm / m };
         let per_matrix = m.saturating_mul(n).saturating_mul(k.max(1));
         let total = per_matrix.saturating_mul(self.pairs.len());
-        if self.pairs.len() > 1 && per_matrix < PARALLEL_MIN_WORK && total >= PARALLEL_MIN_WORK / 4 && pool::threads() > 1 {
+        if self.pairs.len() > 1
+            && per_matrix < PARALLEL_MIN_WORK
+            && total >= PARALLEL_MIN_WORK / 4
+            && pool::threads() > 1
+        {
             let failure = parking_lot::Mutex::new(None);
             pool::for_each_chunk_mut(out, out_matrix, |i, dst| {
                 if let Err(error) = one(self.pairs[i], dst) {
@@ -554,7 +573,8 @@ fn bias_layout(op: &str, shape: &[usize], channels_first: bool) -> Result<(usize
     if shape.len() < 2 {
         return Err(Error::InvalidArgument(format!("{op}: Input tensor must be at least 2D: {}", ShapeDisplay(shape))));
     }
-    element_count(shape).ok_or_else(|| Error::InvalidArgument(format!("{op}: shape {} is too large", ShapeDisplay(shape))))?;
+    element_count(shape)
+        .ok_or_else(|| Error::InvalidArgument(format!("{op}: shape {} is too large", ShapeDisplay(shape))))?;
     let axis = if channels_first { 1 } else { shape.len() - 1 };
     Ok((shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product()))
 }
@@ -596,21 +616,24 @@ fn bias_add(value: &[f32], bias: &[f32], outer: usize, c: usize, inner: usize, o
         return;
     }
     let fill = |dst: &mut [f32], src: &[f32]| {
-        in_wide_lanes(#[inline(always)] || {
-            for (dst, src) in dst.chunks_exact_mut(block).zip(src.chunks_exact(block)) {
-                if inner == 1 {
-                    for ((o, &v), &b) in dst.iter_mut().zip(src).zip(bias) {
-                        *o = v + b;
-                    }
-                } else {
-                    for ((dst, src), &b) in dst.chunks_exact_mut(inner).zip(src.chunks_exact(inner)).zip(bias) {
-                        for (o, &v) in dst.iter_mut().zip(src) {
+        in_wide_lanes(
+            #[inline(always)]
+            || {
+                for (dst, src) in dst.chunks_exact_mut(block).zip(src.chunks_exact(block)) {
+                    if inner == 1 {
+                        for ((o, &v), &b) in dst.iter_mut().zip(src).zip(bias) {
                             *o = v + b;
+                        }
+                    } else {
+                        for ((dst, src), &b) in dst.chunks_exact_mut(inner).zip(src.chunks_exact(inner)).zip(bias) {
+                            for (o, &v) in dst.iter_mut().zip(src) {
+                                *o = v + b;
+                            }
                         }
                     }
                 }
-            }
-        })
+            },
+        )
     };
     let len = out.len();
     if len < super::binary::PARALLEL_MIN_ELEMENTS || pool::threads() == 1 || outer == 1 {
@@ -638,7 +661,14 @@ mod batch_tests {
             .collect()
     }
 
-    fn batch_reference(adj_x: bool, adj_y: bool, x: &[f32], xs: &[usize], y: &[f32], ys: &[usize]) -> (Vec<usize>, Vec<f32>) {
+    fn batch_reference(
+        adj_x: bool,
+        adj_y: bool,
+        x: &[f32],
+        xs: &[usize],
+        y: &[f32],
+        ys: &[usize],
+    ) -> (Vec<usize>, Vec<f32>) {
         let rank = xs.len().max(ys.len());
         let pad = |s: &[usize]| [vec![1; rank - s.len()], s.to_vec()].concat();
         let (px, py) = (pad(xs), pad(ys));
@@ -729,9 +759,8 @@ mod batch_tests {
 
     #[test]
     fn batch_matmul_errors_name_the_shapes() {
-        let err = |xs: &[usize], ys: &[usize]| {
-            BatchMatMulPlan::new(MatMulAttrs::default(), xs, ys).unwrap_err().to_string()
-        };
+        let err =
+            |xs: &[usize], ys: &[usize]| BatchMatMulPlan::new(MatMulAttrs::default(), xs, ys).unwrap_err().to_string();
         assert!(err(&[2, 3, 4], &[3, 4, 5]).contains("must have compatible batch dimensions: [2,3,4] vs. [3,4,5]"));
         assert!(err(&[2, 3, 4], &[2, 3, 5]).contains("Matrix size-incompatible: In[0]: [2,3,4], In[1]: [2,3,5]"));
         assert!(err(&[4], &[4, 5]).contains("In[0] ndims must be >= 2: 1"));
@@ -748,7 +777,8 @@ mod batch_tests {
 
     #[test]
     fn bias_add_and_grad_match_reference() {
-        let shapes: &[&[usize]] = &[&[1, 1], &[7, 13], &[2, 3, 5], &[2, 3, 4, 5], &[0, 3], &[4, 0, 2], &[300, 3, 70], &[9000, 7]];
+        let shapes: &[&[usize]] =
+            &[&[1, 1], &[7, 13], &[2, 3, 5], &[2, 3, 4, 5], &[0, 3], &[4, 0, 2], &[300, 3, 70], &[9000, 7]];
         for &shape in shapes {
             for nchw in [false, true] {
                 let axis = if nchw { 1 } else { shape.len() - 1 };
@@ -757,7 +787,8 @@ mod batch_tests {
                 let value = values(shape.iter().product(), 3);
                 let bias = values(c, 4);
                 let got = run_bias(&value, shape, &bias, nchw, false).unwrap();
-                let want: Vec<f32> = value.iter().enumerate().map(|(i, &v)| v + bias[(i / inner.max(1)) % c.max(1)]).collect();
+                let want: Vec<f32> =
+                    value.iter().enumerate().map(|(i, &v)| v + bias[(i / inner.max(1)) % c.max(1)]).collect();
                 assert_eq!(got, want, "{shape:?} nchw={nchw}");
 
                 let grad = run_bias(&value, shape, &[], nchw, true).unwrap();
@@ -775,7 +806,10 @@ mod batch_tests {
     #[test]
     fn bias_add_errors() {
         let e = run_bias(&[0.0; 6], &[2, 3], &[0.0; 4], false, false).unwrap_err().to_string();
-        assert!(e.contains("Must provide as many biases as the last dimension of the input tensor: [4] vs. [2,3]"), "{e}");
+        assert!(
+            e.contains("Must provide as many biases as the last dimension of the input tensor: [4] vs. [2,3]"),
+            "{e}"
+        );
         let e = run_bias(&[0.0; 3], &[3], &[0.0; 3], false, false).unwrap_err().to_string();
         assert!(e.contains("Input tensor must be at least 2D: [3]"), "{e}");
         assert!(run_bias(&[0.0; 3], &[3], &[], false, true).is_err());

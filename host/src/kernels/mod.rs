@@ -183,7 +183,8 @@ pub fn registry() -> Vec<KernelDef> {
 /// move any of their arguments to host memory (`graph::host_edges`).
 pub fn is_registered(op: &[u8]) -> bool {
     static OPS: std::sync::OnceLock<std::collections::HashSet<&'static str>> = std::sync::OnceLock::new();
-    std::str::from_utf8(op).is_ok_and(|op| OPS.get_or_init(|| registry().iter().map(|def| def.op).collect()).contains(op))
+    std::str::from_utf8(op)
+        .is_ok_and(|op| OPS.get_or_init(|| registry().iter().map(|def| def.op).collect()).contains(op))
 }
 
 /// Checks the number of inputs TensorFlow passed.

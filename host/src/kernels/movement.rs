@@ -51,23 +51,33 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("Pack", T_F32_BOOL, build_pack),
     KernelDef::new("Pack", T_I32, build_pack).host_memory(&["values", "output"]),
     KernelDef::new("Unpack", types::T_F32, build_unpack),
-    KernelDef::new("Split", types::T_F32, |a| Ok(Box::new(Split { num_split: a.int("num_split")?, sizes_input: false })))
-        .host_memory(&["split_dim"]),
-    KernelDef::new("SplitV", SPLITV_TYPES, |a| Ok(Box::new(Split { num_split: a.int("num_split")?, sizes_input: true })))
-        .host_memory(&["size_splits", "split_dim"]),
+    KernelDef::new("Split", types::T_F32, |a| {
+        Ok(Box::new(Split { num_split: a.int("num_split")?, sizes_input: false }))
+    })
+    .host_memory(&["split_dim"]),
+    KernelDef::new("SplitV", SPLITV_TYPES, |a| {
+        Ok(Box::new(Split { num_split: a.int("num_split")?, sizes_input: true }))
+    })
+    .host_memory(&["size_splits", "split_dim"]),
     KernelDef::new("Slice", INDEX_TYPES, |_| Ok(Box::new(FnKernel(slice)))).host_memory(&["begin", "size"]),
     KernelDef::new("StridedSlice", INDEX_TYPES, |a| Ok(Box::new(StridedSlice { masks: Masks::read(a)?, grad: false })))
         .host_memory(&["begin", "end", "strides"]),
-    KernelDef::new("StridedSlice", I32_INDEX_TYPES, |a| Ok(Box::new(StridedSlice { masks: Masks::read(a)?, grad: false })))
-        .host_memory(&["input", "begin", "end", "strides", "output"]),
-    KernelDef::new("StridedSliceGrad", INDEX_TYPES, |a| Ok(Box::new(StridedSlice { masks: Masks::read(a)?, grad: true })))
-        .host_memory(&["shape", "begin", "end", "strides"]),
+    KernelDef::new("StridedSlice", I32_INDEX_TYPES, |a| {
+        Ok(Box::new(StridedSlice { masks: Masks::read(a)?, grad: false }))
+    })
+    .host_memory(&["input", "begin", "end", "strides", "output"]),
+    KernelDef::new("StridedSliceGrad", INDEX_TYPES, |a| {
+        Ok(Box::new(StridedSlice { masks: Masks::read(a)?, grad: true }))
+    })
+    .host_memory(&["shape", "begin", "end", "strides"]),
     KernelDef::new("Tile", TILE_TYPES, |_| Ok(Box::new(FnKernel(tile)))).host_memory(&["multiples"]),
     KernelDef::new("Pad", PAD_TYPES, |_| Ok(Box::new(Pad { v2: false }))).host_memory(&["paddings"]),
     KernelDef::new("PadV2", PAD_TYPES, |_| Ok(Box::new(Pad { v2: true }))).host_memory(&["paddings"]),
     KernelDef::new("Fill", FILL_TYPES, |_| Ok(Box::new(FnKernel(fill)))).host_memory(&["dims"]),
-    KernelDef::new("GatherV2", GATHER_TYPES, |a| Ok(Box::new(GatherV2 { batch_dims: a.int("batch_dims").unwrap_or(0) })))
-        .host_memory(&["axis"]),
+    KernelDef::new("GatherV2", GATHER_TYPES, |a| {
+        Ok(Box::new(GatherV2 { batch_dims: a.int("batch_dims").unwrap_or(0) }))
+    })
+    .host_memory(&["axis"]),
     KernelDef::new("OneHot", ONEHOT_TYPES, |a| Ok(Box::new(OneHot { axis: a.int("axis")? }))).host_memory(&["depth"]),
     KernelDef::new("AddN", types::T_F32, |_| Ok(Box::new(FnKernel(add_n)))),
     KernelDef::new("BroadcastTo", TIDX_TYPES, |_| Ok(Box::new(FnKernel(broadcast_to)))).host_memory(&["shape"]),
@@ -565,7 +575,8 @@ impl Kernel for Unpack {
         let step = num * inner;
         for i in 0..num {
             let mut out = ctx.allocate_output(i, &out_shape)?;
-            let view = View::new((i * inner) as isize, &[out_shape[..axis].iter().product(), inner], &[step as isize, 1]);
+            let view =
+                View::new((i * inner) as isize, &[out_shape[..axis].iter().product(), inner], &[step as isize, 1]);
             view.gather(src, out.data_mut()?)?;
         }
         Ok(())
@@ -587,15 +598,21 @@ impl Kernel for Split {
     fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
         let op = if self.sizes_input { "SplitV" } else { "Split" };
         expect_inputs(op, ctx, if self.sizes_input { 3 } else { 2 })?;
-        let (input, dim_t) = if self.sizes_input { (ctx.input(0)?, ctx.input(2)?) } else { (ctx.input(1)?, ctx.input(0)?) };
+        let (input, dim_t) =
+            if self.sizes_input { (ctx.input(0)?, ctx.input(2)?) } else { (ctx.input(1)?, ctx.input(0)?) };
         if dim_t.len() != 1 {
             return Err(invalid(op, format!("split_dim must be a scalar, got shape {}", ShapeDisplay(dim_t.shape()))));
         }
         let shape = input.shape();
         let axis = normalize_axis(op, dim_t.to_i64s()?[0], shape.len())?;
-        let count = usize::try_from(self.num_split).ok().filter(|&n| n >= 1 && n == ctx.num_outputs()).ok_or_else(|| {
-            Error::Internal(format!("{op}: num_split = {} but TensorFlow expects {} outputs", self.num_split, ctx.num_outputs()))
-        })?;
+        let count =
+            usize::try_from(self.num_split).ok().filter(|&n| n >= 1 && n == ctx.num_outputs()).ok_or_else(|| {
+                Error::Internal(format!(
+                    "{op}: num_split = {} but TensorFlow expects {} outputs",
+                    self.num_split,
+                    ctx.num_outputs()
+                ))
+            })?;
         let extent = shape[axis];
         let sizes: Vec<usize> = if self.sizes_input {
             split_sizes(op, &ctx.input(1)?.to_i64s()?, count, extent)?
@@ -637,7 +654,12 @@ fn split_sizes(op: &str, given: &[i64], count: usize, extent: usize) -> Result<V
     for (i, &size) in given.iter().enumerate() {
         match size {
             -1 if inferred.is_none() => inferred = Some(i),
-            -1 => return Err(invalid(op, format!("Only one dimension can have a value of -1. Second one found at dimension {i}"))),
+            -1 => {
+                return Err(invalid(
+                    op,
+                    format!("Only one dimension can have a value of -1. Second one found at dimension {i}"),
+                ))
+            }
             s if s < 0 => return Err(invalid(op, format!("Split size at index {i} must be >= 0 or -1, got {s}"))),
             s => known = known.saturating_add(s),
         }
@@ -816,7 +838,10 @@ fn strided_slice_spec(
             gathers.push(Gather::NewAxis);
         } else {
             if full == dims {
-                return Err(invalid(op, format!("Index out of range using input dim {full}; input has only {dims} dims")));
+                return Err(invalid(
+                    op,
+                    format!("Index out of range using input dim {full}; input has only {dims} dims"),
+                ));
             }
             d_begin[full] = begin[i];
             d_end[full] = end[i];
@@ -940,11 +965,7 @@ impl Kernel for StridedSlice {
         if dy.shape() != spec.final_shape.as_slice() {
             return Err(invalid(
                 op,
-                format!(
-                    "shape of dy was {} instead of {}",
-                    ShapeDisplay(dy.shape()),
-                    ShapeDisplay(&spec.final_shape)
-                ),
+                format!("shape of dy was {} instead of {}", ShapeDisplay(dy.shape()), ShapeDisplay(&spec.final_shape)),
             ));
         }
         let mut out = ctx.allocate_output(0, &shape)?;
@@ -1195,7 +1216,10 @@ impl Kernel for GatherV2 {
         let mut batch_dims = self.batch_dims;
         if batch_dims != 0 {
             if batch_dims < -ri || batch_dims > ri {
-                return Err(invalid(OP, format!("Expected batch_dims in the range [{}, {ri}], but got {batch_dims}", -ri)));
+                return Err(invalid(
+                    OP,
+                    format!("Expected batch_dims in the range [{}, {ri}], but got {batch_dims}", -ri),
+                ));
             }
             if batch_dims < 0 {
                 batch_dims += ri;
@@ -1223,11 +1247,7 @@ impl Kernel for GatherV2 {
         if let Some(bad) = index_values.iter().position(|&v| v < 0 || v >= limit as i64) {
             return Err(invalid(
                 OP,
-                format!(
-                    "indices{} = {} is not in [0, {limit})",
-                    multi_index(i_shape, bad),
-                    index_values[bad]
-                ),
+                format!("indices{} = {} is not in [0, {limit})", multi_index(i_shape, bad), index_values[bad]),
             ));
         }
         let outer: usize = p_shape[b..axis].iter().product();
@@ -1277,7 +1297,10 @@ impl Kernel for OneHot {
         let i_shape = indices.shape();
         let rank = i_shape.len();
         if self.axis != -1 && (self.axis < 0 || self.axis > rank as i64) {
-            return Err(invalid(OP, format!("Expected axis to be -1 or between [0, {rank}]. But received: {}", self.axis)));
+            return Err(invalid(
+                OP,
+                format!("Expected axis to be -1 or between [0, {rank}]. But received: {}", self.axis),
+            ));
         }
         if depth.rank() != 0 {
             return Err(invalid(OP, format!("depth must be a scalar, but got: {}", ShapeDisplay(depth.shape()))));
@@ -1456,7 +1479,9 @@ mod tests {
         assert_eq!(split_sizes("SplitV", &[2, -1, 1], 3, 7).unwrap(), vec![2, 4, 1]);
         assert_eq!(split_sizes("SplitV", &[3, 4], 2, 7).unwrap(), vec![3, 4]);
         assert_eq!(split_sizes("SplitV", &[0, -1], 2, 0).unwrap(), vec![0, 0]);
-        for (given, count, extent) in [(&[3, 3][..], 2, 7), (&[-1, -1], 2, 4), (&[5, -1], 2, 4), (&[-2, 6], 2, 4), (&[4], 2, 4)] {
+        for (given, count, extent) in
+            [(&[3, 3][..], 2, 7), (&[-1, -1], 2, 4), (&[5, -1], 2, 4), (&[-2, 6], 2, 4), (&[4], 2, 4)]
+        {
             assert!(matches!(split_sizes("SplitV", given, count, extent), Err(Error::InvalidArgument(_))), "{given:?}");
         }
     }
@@ -1466,16 +1491,27 @@ mod tests {
         let input = values(2 * 6 * 3, 9);
         let split = Split { num_split: 3, sizes_input: false };
         let axis = Tensor::from_vec(&[], vec![1i32]).unwrap();
-        let outs = LocalContext::run(&split, vec![axis, Tensor::from_vec(&[2, 6, 3], input.clone()).unwrap()], &[DType::F32; 3]).unwrap();
+        let outs = LocalContext::run(
+            &split,
+            vec![axis, Tensor::from_vec(&[2, 6, 3], input.clone()).unwrap()],
+            &[DType::F32; 3],
+        )
+        .unwrap();
         for (part, out) in outs.iter().enumerate() {
             assert_eq!(out.shape(), &[2, 2, 3]);
-            let expected: Vec<f32> = (0..2).flat_map(|o| input[o * 18 + part * 6..o * 18 + part * 6 + 6].to_vec()).collect();
+            let expected: Vec<f32> =
+                (0..2).flat_map(|o| input[o * 18 + part * 6..o * 18 + part * 6 + 6].to_vec()).collect();
             assert_eq!(out.data::<f32>().unwrap(), &expected[..]);
         }
         let split_v = Split { num_split: 2, sizes_input: true };
         let sizes = Tensor::from_vec(&[2], vec![-1i64, 1]).unwrap();
         let axis = Tensor::from_vec(&[], vec![-1i32]).unwrap();
-        let outs = LocalContext::run(&split_v, vec![Tensor::from_vec(&[2, 6, 3], input.clone()).unwrap(), sizes, axis], &[DType::F32; 2]).unwrap();
+        let outs = LocalContext::run(
+            &split_v,
+            vec![Tensor::from_vec(&[2, 6, 3], input.clone()).unwrap(), sizes, axis],
+            &[DType::F32; 2],
+        )
+        .unwrap();
         assert_eq!(outs[0].shape(), &[2, 6, 2]);
         assert_eq!(outs[1].data::<f32>().unwrap(), &input.iter().skip(2).step_by(3).copied().collect::<Vec<_>>()[..]);
     }
@@ -1557,9 +1593,18 @@ mod tests {
                 assert_eq!(v, src[ravel(shape, &ii)], "{shape:?} {perm:?} @{flat}");
             }
         }
-        assert!(matches!(run(&FnKernel(transpose), vec![f32s(&[2, 3], 1), ints(&[0, 0])]), Err(Error::InvalidArgument(_))));
-        assert!(matches!(run(&FnKernel(transpose), vec![f32s(&[2, 3], 1), ints(&[0])]), Err(Error::InvalidArgument(_))));
-        assert!(matches!(run(&FnKernel(transpose), vec![f32s(&[2, 3], 1), ints(&[0, 2])]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            run(&FnKernel(transpose), vec![f32s(&[2, 3], 1), ints(&[0, 0])]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            run(&FnKernel(transpose), vec![f32s(&[2, 3], 1), ints(&[0])]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            run(&FnKernel(transpose), vec![f32s(&[2, 3], 1), ints(&[0, 2])]),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 
     #[test]
@@ -1568,7 +1613,9 @@ mod tests {
         let (a, b, c) = (f32s(&[2, 3], 1), f32s(&[2, 0], 2), f32s(&[2, 4], 3));
         let (av, cv) = (a.to_vec::<f32>().unwrap(), c.to_vec::<f32>().unwrap());
         for axis in [1, -1] {
-            let (shape, out) = run(&FnKernel(concat_v2), vec![f32s(&[2, 3], 1), f32s(&[2, 0], 2), f32s(&[2, 4], 3), scalar_i(axis)]).unwrap();
+            let (shape, out) =
+                run(&FnKernel(concat_v2), vec![f32s(&[2, 3], 1), f32s(&[2, 0], 2), f32s(&[2, 4], 3), scalar_i(axis)])
+                    .unwrap();
             assert_eq!(shape, vec![2, 7]);
             let expected: Vec<f32> = [&av[0..3], &cv[0..4], &av[3..6], &cv[4..8]].concat();
             assert_eq!(out, expected);
@@ -1578,7 +1625,10 @@ mod tests {
             run(&FnKernel(concat_v2), vec![f32s(&[2, 3], 1), f32s(&[3, 3], 2), scalar_i(1)]),
             Err(Error::InvalidArgument(_))
         ));
-        assert!(matches!(run(&FnKernel(concat_v2), vec![f32s(&[2], 1), f32s(&[3], 2), scalar_i(1)]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            run(&FnKernel(concat_v2), vec![f32s(&[2], 1), f32s(&[3], 2), scalar_i(1)]),
+            Err(Error::InvalidArgument(_))
+        ));
         // Axis 0 of [1,5] and [300,5]: rows in order; large for the pool.
         let (x, y) = (f32s(&[1, 5], 4), f32s(&[30000, 5], 5));
         let expected = [x.to_vec::<f32>().unwrap(), y.to_vec::<f32>().unwrap()].concat();
@@ -1599,7 +1649,12 @@ mod tests {
                 let which = idx.remove(ax);
                 assert_eq!(v, srcs[which][ravel(&[2, 3], &idx)]);
             }
-            let outs = LocalContext::run(&Unpack { axis, num: 3 }, vec![Tensor::from_vec(&shape, out).unwrap()], &[DType::F32; 3]).unwrap();
+            let outs = LocalContext::run(
+                &Unpack { axis, num: 3 },
+                vec![Tensor::from_vec(&shape, out).unwrap()],
+                &[DType::F32; 3],
+            )
+            .unwrap();
             for (o, src) in outs.iter().zip(&srcs) {
                 assert_eq!(o.shape(), &[2, 3]);
                 assert_eq!(&o.to_vec::<f32>().unwrap(), src);
@@ -1620,14 +1675,26 @@ mod tests {
         }
         let (shape, out) = run(&FnKernel(slice), vec![f32s(&[5, 7], 1), i32s(&[5, 0]), i32s(&[0, 7])]).unwrap();
         assert_eq!((shape, out.len()), (vec![0, 7], 0));
-        assert!(matches!(run(&FnKernel(slice), vec![f32s(&[5, 7], 1), ints(&[4, 0]), ints(&[2, 7])]), Err(Error::InvalidArgument(_))));
-        assert!(matches!(run(&FnKernel(slice), vec![f32s(&[5, 7], 1), ints(&[-1, 0]), ints(&[1, 7])]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            run(&FnKernel(slice), vec![f32s(&[5, 7], 1), ints(&[4, 0]), ints(&[2, 7])]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            run(&FnKernel(slice), vec![f32s(&[5, 7], 1), ints(&[-1, 0]), ints(&[1, 7])]),
+            Err(Error::InvalidArgument(_))
+        ));
         // Identity slice forwards.
         let (_, out) = run(&FnKernel(slice), vec![f32s(&[2, 2], 1), ints(&[0, 0]), ints(&[-1, -1])]).unwrap();
         assert_eq!(out, values(4, 1));
     }
 
-    fn strided(shape: &[usize], begin: &[i64], end: &[i64], strides: &[i64], masks: Masks) -> Result<(Vec<usize>, Vec<f32>), Error> {
+    fn strided(
+        shape: &[usize],
+        begin: &[i64],
+        end: &[i64],
+        strides: &[i64],
+        masks: Masks,
+    ) -> Result<(Vec<usize>, Vec<f32>), Error> {
         run(&StridedSlice { masks, grad: false }, vec![f32s(shape, 5), ints(begin), ints(end), ints(strides)])
     }
 
@@ -1680,15 +1747,26 @@ mod tests {
         assert_eq!(out, expected);
         // Errors: zero stride, out-of-range shrink, two ellipses.
         assert!(matches!(strided(&[4], &[0], &[1], &[0], none), Err(Error::InvalidArgument(_))));
-        assert!(matches!(strided(&[4], &[4], &[5], &[1], Masks { shrink_axis: 1, ..none }), Err(Error::InvalidArgument(_))));
-        assert!(matches!(strided(&[4, 4], &[0, 0], &[1, 1], &[1, 1], Masks { ellipsis: 3, ..none }), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            strided(&[4], &[4], &[5], &[1], Masks { shrink_axis: 1, ..none }),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            strided(&[4, 4], &[0, 0], &[1, 1], &[1, 1], Masks { ellipsis: 3, ..none }),
+            Err(Error::InvalidArgument(_))
+        ));
         assert!(matches!(strided(&[4], &[0, 0], &[1, 1], &[1, 1], none), Err(Error::InvalidArgument(_))));
     }
 
     #[test]
     fn int32_and_bool_pack_and_strided_slice() {
         // tf.stack([batch, -1]) and shape[0] / shape[1:3] of a shape vector.
-        let out = LocalContext::run(&Pack { axis: 0 }, vec![Tensor::from_vec(&[], vec![32i32]).unwrap(), Tensor::from_vec(&[], vec![-1i32]).unwrap()], &[DType::I32]).unwrap();
+        let out = LocalContext::run(
+            &Pack { axis: 0 },
+            vec![Tensor::from_vec(&[], vec![32i32]).unwrap(), Tensor::from_vec(&[], vec![-1i32]).unwrap()],
+            &[DType::I32],
+        )
+        .unwrap();
         assert_eq!((out[0].shape(), out[0].to_vec::<i32>().unwrap()), (&[2][..], vec![32, -1]));
         let a = Tensor::from_vec(&[2, 3], (0..6).collect::<Vec<i32>>()).unwrap();
         let b = Tensor::from_vec(&[2, 3], (10..16).collect::<Vec<i32>>()).unwrap();
@@ -1702,11 +1780,22 @@ mod tests {
         let shape = || Tensor::from_vec(&[4], vec![32i32, 28, 28, 1]).unwrap();
         let kernel = |masks| StridedSlice { masks, grad: false };
         let shrink = Masks { shrink_axis: 1, ..Masks::default() };
-        let out = LocalContext::run(&kernel(shrink), vec![shape(), i32s(&[0]), i32s(&[1]), i32s(&[1])], &[DType::I32]).unwrap();
+        let out = LocalContext::run(&kernel(shrink), vec![shape(), i32s(&[0]), i32s(&[1]), i32s(&[1])], &[DType::I32])
+            .unwrap();
         assert_eq!((out[0].shape(), out[0].to_vec::<i32>().unwrap()), (&[][..], vec![32]));
-        let out = LocalContext::run(&kernel(Masks::default()), vec![shape(), ints(&[1]), ints(&[-1]), ints(&[1])], &[DType::I32]).unwrap();
+        let out = LocalContext::run(
+            &kernel(Masks::default()),
+            vec![shape(), ints(&[1]), ints(&[-1]), ints(&[1])],
+            &[DType::I32],
+        )
+        .unwrap();
         assert_eq!(out[0].to_vec::<i32>().unwrap(), [28, 28]);
-        let out = LocalContext::run(&kernel(Masks::default()), vec![shape(), ints(&[3]), ints(&[-5]), ints(&[-2])], &[DType::I32]).unwrap();
+        let out = LocalContext::run(
+            &kernel(Masks::default()),
+            vec![shape(), ints(&[3]), ints(&[-5]), ints(&[-2])],
+            &[DType::I32],
+        )
+        .unwrap();
         assert_eq!(out[0].to_vec::<i32>().unwrap(), [1, 28]);
     }
 
@@ -1727,12 +1816,22 @@ mod tests {
         expected[10] = 3.0;
         assert_eq!(out, expected);
         let bad = Tensor::from_vec(&[2], vec![1.0f32, 2.0]).unwrap();
-        assert!(run(&StridedSlice { masks: m, grad: true }, vec![ints(&[3, 5]), ints(&[2, 0]), ints(&[3, 0]), ints(&[1, -2]), bad]).is_err());
+        assert!(run(
+            &StridedSlice { masks: m, grad: true },
+            vec![ints(&[3, 5]), ints(&[2, 0]), ints(&[3, 0]), ints(&[1, -2]), bad]
+        )
+        .is_err());
     }
 
     #[test]
     fn tile_pad_fill_match_reference() {
-        for (shape, mult) in [(&[2, 3][..], &[2, 3][..]), (&[][..], &[][..]), (&[3][..], &[0][..]), (&[1, 5, 1][..], &[3, 1, 4][..]), (&[60, 70][..], &[3, 4][..])] {
+        for (shape, mult) in [
+            (&[2, 3][..], &[2, 3][..]),
+            (&[][..], &[][..]),
+            (&[3][..], &[0][..]),
+            (&[1, 5, 1][..], &[3, 1, 4][..]),
+            (&[60, 70][..], &[3, 4][..]),
+        ] {
             let input = f32s(shape, 2);
             let src = input.to_vec::<f32>().unwrap();
             let (out_shape, out) = run(&FnKernel(tile), vec![input, ints(mult)]).unwrap();
@@ -1746,7 +1845,13 @@ mod tests {
         assert!(run(&FnKernel(tile), vec![f32s(&[2], 1), ints(&[-1])]).is_err());
         assert!(run(&FnKernel(tile), vec![f32s(&[2], 1), ints(&[1, 1])]).is_err());
 
-        for (shape, pads) in [(&[2, 3][..], &[1i64, 2, 0, 3][..]), (&[3][..], &[0, 0][..]), (&[0, 2][..], &[1, 1, 1, 0][..]), (&[200, 100][..], &[3, 5, 7, 1][..]), (&[2, 1, 3][..], &[1, 0, 2, 2, 0, 1][..])] {
+        for (shape, pads) in [
+            (&[2, 3][..], &[1i64, 2, 0, 3][..]),
+            (&[3][..], &[0, 0][..]),
+            (&[0, 2][..], &[1, 1, 1, 0][..]),
+            (&[200, 100][..], &[3, 5, 7, 1][..]),
+            (&[2, 1, 3][..], &[1, 0, 2, 2, 0, 1][..]),
+        ] {
             let input = f32s(shape, 4);
             let src = input.to_vec::<f32>().unwrap();
             let paddings = Tensor::from_vec(&[shape.len(), 2], pads.to_vec()).unwrap();
@@ -1754,7 +1859,11 @@ mod tests {
             let (out_shape, out) = run(&Pad { v2: true }, vec![input, paddings, constant]).unwrap();
             for (flat, &v) in out.iter().enumerate() {
                 let idx = unravel(&out_shape, flat);
-                let inner: Option<Vec<usize>> = idx.iter().enumerate().map(|(i, &o)| o.checked_sub(pads[2 * i] as usize).filter(|&j| j < shape[i])).collect();
+                let inner: Option<Vec<usize>> = idx
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &o)| o.checked_sub(pads[2 * i] as usize).filter(|&j| j < shape[i]))
+                    .collect();
                 let expected = inner.map_or(7.5, |ii| src[ravel(shape, &ii)]);
                 assert_eq!(v, expected, "{shape:?} {pads:?} @{flat}");
             }
@@ -1762,9 +1871,11 @@ mod tests {
         let paddings = Tensor::from_vec(&[1, 2], vec![-1i32, 0]).unwrap();
         assert!(run(&Pad { v2: false }, vec![f32s(&[3], 1), paddings]).is_err());
 
-        let (shape, out) = run(&FnKernel(fill), vec![ints(&[2, 0, 3]), Tensor::from_vec(&[], vec![1.5f32]).unwrap()]).unwrap();
+        let (shape, out) =
+            run(&FnKernel(fill), vec![ints(&[2, 0, 3]), Tensor::from_vec(&[], vec![1.5f32]).unwrap()]).unwrap();
         assert_eq!((shape, out.len()), (vec![2, 0, 3], 0));
-        let (shape, out) = run(&FnKernel(fill), vec![i32s(&[3, 70000]), Tensor::from_vec(&[], vec![1.5f32]).unwrap()]).unwrap();
+        let (shape, out) =
+            run(&FnKernel(fill), vec![i32s(&[3, 70000]), Tensor::from_vec(&[], vec![1.5f32]).unwrap()]).unwrap();
         assert_eq!(shape, vec![3, 70000]);
         assert!(out.iter().all(|&v| v == 1.5));
         assert!(run(&FnKernel(fill), vec![ints(&[-2]), Tensor::from_vec(&[], vec![1.5f32]).unwrap()]).is_err());
@@ -1800,17 +1911,29 @@ mod tests {
             assert_eq!(v, p[ravel(&[3, 4, 5], &[i[0], idx[i[0] * 2 + i[1]] as usize, i[2]])]);
         }
         // Out of range index.
-        let err = run(&GatherV2 { batch_dims: 0 }, vec![f32s(&[4, 2], 1), Tensor::from_vec(&[2, 2], vec![0i64, 1, 2, 4]).unwrap(), scalar_i(0)]).unwrap_err();
+        let err = run(
+            &GatherV2 { batch_dims: 0 },
+            vec![f32s(&[4, 2], 1), Tensor::from_vec(&[2, 2], vec![0i64, 1, 2, 4]).unwrap(), scalar_i(0)],
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("indices[1,1] = 4 is not in [0, 4)"), "{err}");
         // Scalars gathered from a vector (rows of one element), 2-D indices.
         let params = f32s(&[7], 2);
         let p = params.to_vec::<f32>().unwrap();
         let idx = vec![6i32, 0, 3, 3, 1, 5];
-        let (shape, out) = run(&GatherV2 { batch_dims: 0 }, vec![params, Tensor::from_vec(&[3, 2], idx.clone()).unwrap(), scalar_i(0)]).unwrap();
+        let (shape, out) = run(
+            &GatherV2 { batch_dims: 0 },
+            vec![params, Tensor::from_vec(&[3, 2], idx.clone()).unwrap(), scalar_i(0)],
+        )
+        .unwrap();
         assert_eq!(shape, vec![3, 2]);
         assert_eq!(out, idx.iter().map(|&i| p[i as usize]).collect::<Vec<_>>());
         // Empty indices.
-        let (shape, out) = run(&GatherV2 { batch_dims: 0 }, vec![f32s(&[4, 2], 1), Tensor::from_vec(&[0], Vec::<i64>::new()).unwrap(), scalar_i(0)]).unwrap();
+        let (shape, out) = run(
+            &GatherV2 { batch_dims: 0 },
+            vec![f32s(&[4, 2], 1), Tensor::from_vec(&[0], Vec::<i64>::new()).unwrap(), scalar_i(0)],
+        )
+        .unwrap();
         assert_eq!((shape, out.len()), (vec![0, 2], 0));
     }
 
@@ -1822,7 +1945,12 @@ mod tests {
         for axis in [-1i64, 0, 1, 2] {
             let (shape, out) = run(
                 &OneHot { axis },
-                vec![Tensor::from_vec(&[2, 3], idx.clone()).unwrap(), Tensor::from_vec(&[], vec![4i32]).unwrap(), on(), off()],
+                vec![
+                    Tensor::from_vec(&[2, 3], idx.clone()).unwrap(),
+                    Tensor::from_vec(&[], vec![4i32]).unwrap(),
+                    on(),
+                    off(),
+                ],
             )
             .unwrap();
             let ax = if axis == -1 { 2 } else { axis as usize };
@@ -1835,7 +1963,16 @@ mod tests {
                 assert_eq!(v, if idx[i[0] * 3 + i[1]] == d { 2.0 } else { -1.0 });
             }
         }
-        assert!(run(&OneHot { axis: 3 }, vec![Tensor::from_vec(&[2], vec![0i64, 1]).unwrap(), Tensor::from_vec(&[], vec![4i32]).unwrap(), on(), off()]).is_err());
+        assert!(run(
+            &OneHot { axis: 3 },
+            vec![
+                Tensor::from_vec(&[2], vec![0i64, 1]).unwrap(),
+                Tensor::from_vec(&[], vec![4i32]).unwrap(),
+                on(),
+                off()
+            ]
+        )
+        .is_err());
     }
 
     #[test]
@@ -1879,4 +2016,3 @@ mod tests {
         assert_eq!(View::new(0, &[3, 1, 4], &[1, 9, 3]).dims, vec![3, 4]);
     }
 }
-

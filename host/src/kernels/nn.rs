@@ -16,8 +16,8 @@
 use std::borrow::Cow;
 
 use super::pool;
-use super::vmath::{exp_f32, in_wide_lanes};
 use super::shape::{element_count, Broadcast, ShapeDisplay};
+use super::vmath::{exp_f32, in_wide_lanes};
 use super::{expect_inputs, types, DType, Element, Kernel, KernelDef, OpContext};
 use crate::error::Error;
 
@@ -121,7 +121,10 @@ pub fn softmax(input: &[f32], width: usize, log: bool, out: &mut [f32]) -> Resul
     }
     for_rows(out, width, |first, rows| {
         let src = &input[first * width..first * width + rows.len()];
-        in_wide_lanes(#[inline(always)] || softmax_rows(src, width, log, rows));
+        in_wide_lanes(
+            #[inline(always)]
+            || softmax_rows(src, width, log, rows),
+        );
     });
     Ok(())
 }
@@ -225,8 +228,11 @@ fn xent(x: &[f32], y: &[f32], classes: usize, loss: &mut [f32], backprop: &mut [
         let src = first * classes;
         let rows_x = &x[src..src + bp.len()];
         let rows_y = &y[src..src + bp.len()];
-        for (((l, bp), x), y) in
-            loss.iter_mut().zip(bp.chunks_exact_mut(classes)).zip(rows_x.chunks_exact(classes)).zip(rows_y.chunks_exact(classes))
+        for (((l, bp), x), y) in loss
+            .iter_mut()
+            .zip(bp.chunks_exact_mut(classes))
+            .zip(rows_x.chunks_exact(classes))
+            .zip(rows_y.chunks_exact(classes))
         {
             let max = row_max(x);
             for (b, &v) in bp.iter_mut().zip(x) {
@@ -244,13 +250,20 @@ fn xent(x: &[f32], y: &[f32], classes: usize, loss: &mut [f32], backprop: &mut [
             }
         }
     }
-    let work = |first: usize, loss: &mut [f32], bp: &mut [f32]| in_wide_lanes(#[inline(always)] || rows_of(x, y, classes, first, loss, bp));
+    let work = |first: usize, loss: &mut [f32], bp: &mut [f32]| {
+        in_wide_lanes(
+            #[inline(always)]
+            || rows_of(x, y, classes, first, loss, bp),
+        )
+    };
     if backprop.len() < PARALLEL_MIN_ELEMENTS || threads == 1 || rows == 1 {
         work(0, loss, backprop);
         return;
     }
     let rows_per_task = (MIN_TASK_ELEMENTS / classes).max(rows.div_ceil(threads * 4)).max(1);
-    pool::for_each_chunk_pair_mut(loss, rows_per_task, backprop, rows_per_task * classes, |i, l, bp| work(i * rows_per_task, l, bp));
+    pool::for_each_chunk_pair_mut(loss, rows_per_task, backprop, rows_per_task * classes, |i, l, bp| {
+        work(i * rows_per_task, l, bp)
+    });
 }
 
 // -------------------------------------- SparseSoftmaxCrossEntropyWithLogits
@@ -337,13 +350,20 @@ fn sparse_xent(x: &[f32], labels: &[usize], classes: usize, loss: &mut [f32], ba
             bp[label] -= 1.0;
         }
     }
-    let work = |first: usize, loss: &mut [f32], bp: &mut [f32]| in_wide_lanes(#[inline(always)] || rows_of(x, labels, classes, first, loss, bp));
+    let work = |first: usize, loss: &mut [f32], bp: &mut [f32]| {
+        in_wide_lanes(
+            #[inline(always)]
+            || rows_of(x, labels, classes, first, loss, bp),
+        )
+    };
     if backprop.len() < PARALLEL_MIN_ELEMENTS || threads == 1 || rows == 1 {
         work(0, loss, backprop);
         return;
     }
     let rows_per_task = (MIN_TASK_ELEMENTS / classes).max(rows.div_ceil(threads * 4)).max(1);
-    pool::for_each_chunk_pair_mut(loss, rows_per_task, backprop, rows_per_task * classes, |i, l, bp| work(i * rows_per_task, l, bp));
+    pool::for_each_chunk_pair_mut(loss, rows_per_task, backprop, rows_per_task * classes, |i, l, bp| {
+        work(i * rows_per_task, l, bp)
+    });
 }
 
 #[cfg(test)]
@@ -379,9 +399,13 @@ mod tests {
             let len: usize = shape.iter().product();
             let x = values(len, 7);
             for log in [false, true] {
-                let out = LocalContext::run(&SoftmaxKernel { log }, vec![Tensor::from_vec(shape, x.clone()).unwrap()], &[DType::F32])
-                    .unwrap()
-                    .remove(0);
+                let out = LocalContext::run(
+                    &SoftmaxKernel { log },
+                    vec![Tensor::from_vec(shape, x.clone()).unwrap()],
+                    &[DType::F32],
+                )
+                .unwrap()
+                .remove(0);
                 assert_eq!(out.shape(), shape);
                 let want = reference_softmax(&x, *shape.last().unwrap(), log);
                 for (&g, &w) in out.to_vec::<f32>().unwrap().iter().zip(&want) {
@@ -389,19 +413,27 @@ mod tests {
                 }
             }
         }
-        let e = LocalContext::run(&SoftmaxKernel { log: false }, vec![Tensor::from_vec(&[], vec![1f32]).unwrap()], &[DType::F32])
-            .unwrap_err();
+        let e = LocalContext::run(
+            &SoftmaxKernel { log: false },
+            vec![Tensor::from_vec(&[], vec![1f32]).unwrap()],
+            &[DType::F32],
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("logits must have >= 1 dimension, got []"), "{e}");
     }
 
     #[test]
     fn softmax_of_extreme_rows() {
         let x = vec![f32::NAN, 1.0, f32::INFINITY, 1.0, f32::NEG_INFINITY, f32::NEG_INFINITY, 1000.0, -1000.0];
-        let out = LocalContext::run(&SoftmaxKernel { log: false }, vec![Tensor::from_vec(&[4, 2], x).unwrap()], &[DType::F32])
-            .unwrap()
-            .remove(0)
-            .to_vec::<f32>()
-            .unwrap();
+        let out = LocalContext::run(
+            &SoftmaxKernel { log: false },
+            vec![Tensor::from_vec(&[4, 2], x).unwrap()],
+            &[DType::F32],
+        )
+        .unwrap()
+        .remove(0)
+        .to_vec::<f32>()
+        .unwrap();
         assert!(out[..6].iter().all(|v| v.is_nan()), "{out:?}");
         assert_eq!(&out[6..], &[1.0, 0.0]);
     }
@@ -499,7 +531,9 @@ mod tests {
     fn sparse_xent_errors_match_tensorflow() {
         let e = run_sparse(&[3, 4], vec![0.0; 12], vec![1i32, 5, -1]).unwrap_err().to_string();
         assert!(
-            e.contains("Received a label value of -1 which is outside the valid range of [0, 4).  Label values: 1 5 -1"),
+            e.contains(
+                "Received a label value of -1 which is outside the valid range of [0, 4).  Label values: 1 5 -1"
+            ),
             "{e}"
         );
         let e = run_sparse(&[3, 4], vec![0.0; 12], vec![1i64, 4, 2]).unwrap_err().to_string();

@@ -70,7 +70,9 @@ fn configured_threads(value: Option<&str>, default: usize) -> usize {
     match value.trim().parse::<usize>() {
         Ok(n) if n >= 1 => n,
         _ => {
-            tracing::warn!("tfwasm: {THREADS_ENV}={value:?} is not a positive integer; using {default} compute threads");
+            tracing::warn!(
+                "tfwasm: {THREADS_ENV}={value:?} is not a positive integer; using {default} compute threads"
+            );
             default
         }
     }

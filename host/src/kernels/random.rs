@@ -22,7 +22,6 @@
 //! host memory; `key` and `counter` are read from device memory (which is
 //! host-addressable).
 
-
 use super::pool;
 use super::shape::{element_count, ShapeDisplay};
 use super::{expect_inputs, types, DType, Kernel, KernelDef, OpContext, Tensor};
@@ -235,11 +234,10 @@ fn output_shape(op: &str, shape: &Tensor) -> Result<Vec<usize>, Error> {
         )));
     }
     let dims = shape.to_i64s()?;
-    let out: Vec<usize> = dims
-        .iter()
-        .map(|&d| usize::try_from(d))
-        .collect::<Result<_, _>>()
-        .map_err(|_| Error::InvalidArgument(format!("{op}: dimensions must be non-negative, got shape {dims:?}")))?;
+    let out: Vec<usize> =
+        dims.iter().map(|&d| usize::try_from(d)).collect::<Result<_, _>>().map_err(|_| {
+            Error::InvalidArgument(format!("{op}: dimensions must be non-negative, got shape {dims:?}"))
+        })?;
     if element_count(&out).is_none_or(|n| isize::try_from(n).is_err()) {
         return Err(Error::InvalidArgument(format!("{op}: shape {} has too many elements", ShapeDisplay(&out))));
     }
@@ -249,7 +247,10 @@ fn output_shape(op: &str, shape: &Tensor) -> Result<Vec<usize>, Error> {
 /// The two seed values of a `seed` input of shape [2].
 fn seed_pair(op: &str, seed: &Tensor) -> Result<(u64, u64), Error> {
     if seed.shape() != [2] {
-        return Err(Error::InvalidArgument(format!("{op}: seed must have shape [2], not {}", ShapeDisplay(seed.shape()))));
+        return Err(Error::InvalidArgument(format!(
+            "{op}: seed must have shape [2], not {}",
+            ShapeDisplay(seed.shape())
+        )));
     }
     let values = seed.to_i64s()?;
     // An int32 seed converts to uint64 by sign extension, as in TensorFlow.
@@ -271,10 +272,9 @@ impl Kernel for GetKeyCounter {
         key.data_mut::<u64>()?[0] = u64::from(gen.key[0]) | (u64::from(gen.key[1]) << 32);
         let mut counter = ctx.allocate_output(1, &[2])?;
         let c = gen.counter;
-        counter.data_mut::<u64>()?.copy_from_slice(&[
-            u64::from(c[0]) | (u64::from(c[1]) << 32),
-            u64::from(c[2]) | (u64::from(c[3]) << 32),
-        ]);
+        counter
+            .data_mut::<u64>()?
+            .copy_from_slice(&[u64::from(c[0]) | (u64::from(c[1]) << 32), u64::from(c[2]) | (u64::from(c[3]) << 32)]);
         if self.with_alg {
             let mut alg = ctx.allocate_output(2, &[])?;
             alg.data_mut::<i32>()?[0] = ALG_PHILOX as i32;
@@ -294,11 +294,16 @@ impl Kernel for RandomV2 {
         let shape = output_shape(op, &ctx.input(0)?)?;
         let (key, counter, alg) = (ctx.input(1)?, ctx.input(2)?, ctx.input(3)?);
         if alg.rank() != 0 {
-            return Err(Error::InvalidArgument(format!("{op}: alg must be a scalar, got shape {}", ShapeDisplay(alg.shape()))));
+            return Err(Error::InvalidArgument(format!(
+                "{op}: alg must be a scalar, got shape {}",
+                ShapeDisplay(alg.shape())
+            )));
         }
         let alg = alg.to_i64s()?[0];
         if alg != ALG_PHILOX && alg != ALG_AUTO_SELECT {
-            return Err(Error::InvalidArgument(format!("{op}: unsupported algorithm id {alg} (tfwasm implements Philox, 1, and auto-select, 3)")));
+            return Err(Error::InvalidArgument(format!(
+                "{op}: unsupported algorithm id {alg} (tfwasm implements Philox, 1, and auto-select, 3)"
+            )));
         }
         if key.rank() != 1 || key.len() != 1 {
             return Err(Error::InvalidArgument(format!(
@@ -414,7 +419,11 @@ mod tests {
                 let len = shape.iter().product::<i64>() as usize;
                 assert_eq!(values.len(), len);
                 let reference = reference(dist, len);
-                assert_eq!(values.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), reference.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{dist:?} {shape:?}");
+                assert_eq!(
+                    values.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    reference.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{dist:?} {shape:?}"
+                );
                 match dist {
                     Distribution::Uniform => assert!(values.iter().all(|&v| (0.0..1.0).contains(&v))),
                     Distribution::Normal => assert!(values.iter().all(|v| v.is_finite())),
@@ -442,7 +451,8 @@ mod tests {
     #[test]
     fn v1_equals_v2_with_get_key_counter() {
         for dist in [Distribution::Uniform, Distribution::Normal, Distribution::TruncatedNormal] {
-            let inputs = vec![Tensor::from_vec(&[2], vec![4i32, 9]).unwrap(), Tensor::from_vec(&[2], vec![7i32, 11]).unwrap()];
+            let inputs =
+                vec![Tensor::from_vec(&[2], vec![4i32, 9]).unwrap(), Tensor::from_vec(&[2], vec![7i32, 11]).unwrap()];
             let v1 = LocalContext::run(&RandomV1(dist), inputs, &[DType::F32]).unwrap();
             assert_eq!(v1[0].to_vec::<f32>().unwrap(), run_v2(dist, &[4, 9]));
         }
@@ -452,8 +462,10 @@ mod tests {
     fn int32_seeds_sign_extend() {
         let a = Tensor::from_vec(&[2], vec![-1i32, 5]).unwrap();
         let b = Tensor::from_vec(&[2], vec![-1i64, 5]).unwrap();
-        let ka = LocalContext::run(&GetKeyCounter { with_alg: true }, vec![a], &[DType::U64, DType::U64, DType::I32]).unwrap();
-        let kb = LocalContext::run(&GetKeyCounter { with_alg: true }, vec![b], &[DType::U64, DType::U64, DType::I32]).unwrap();
+        let ka = LocalContext::run(&GetKeyCounter { with_alg: true }, vec![a], &[DType::U64, DType::U64, DType::I32])
+            .unwrap();
+        let kb = LocalContext::run(&GetKeyCounter { with_alg: true }, vec![b], &[DType::U64, DType::U64, DType::I32])
+            .unwrap();
         assert_eq!(ka[0].to_vec::<u64>().unwrap(), kb[0].to_vec::<u64>().unwrap());
         assert_eq!(ka[1].to_vec::<u64>().unwrap(), kb[1].to_vec::<u64>().unwrap());
         assert_eq!(ka[1].to_vec::<u64>().unwrap()[0], 0);
@@ -463,7 +475,8 @@ mod tests {
     #[test]
     fn bad_arguments_are_invalid_argument_errors() {
         let seed = Tensor::from_vec(&[3], vec![1i32, 2, 3]).unwrap();
-        let err = LocalContext::run(&GetKeyCounter { with_alg: false }, vec![seed], &[DType::U64, DType::U64]).unwrap_err();
+        let err =
+            LocalContext::run(&GetKeyCounter { with_alg: false }, vec![seed], &[DType::U64, DType::U64]).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
         let inputs = vec![
             Tensor::from_vec(&[1], vec![-3i32]).unwrap(),
@@ -471,14 +484,20 @@ mod tests {
             Tensor::from_vec(&[2], vec![1u64, 2]).unwrap(),
             Tensor::from_vec(&[], vec![1i32]).unwrap(),
         ];
-        assert!(matches!(LocalContext::run(&RandomV2(Distribution::Uniform), inputs, &[DType::F32]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            LocalContext::run(&RandomV2(Distribution::Uniform), inputs, &[DType::F32]),
+            Err(Error::InvalidArgument(_))
+        ));
         let inputs = vec![
             Tensor::from_vec(&[1], vec![3i32]).unwrap(),
             Tensor::from_vec(&[1], vec![1u64]).unwrap(),
             Tensor::from_vec(&[2], vec![1u64, 2]).unwrap(),
             Tensor::from_vec(&[], vec![2i32]).unwrap(),
         ];
-        assert!(matches!(LocalContext::run(&RandomV2(Distribution::Uniform), inputs, &[DType::F32]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            LocalContext::run(&RandomV2(Distribution::Uniform), inputs, &[DType::F32]),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 }
 
@@ -499,8 +518,17 @@ mod tf_answers {
         let gen = key_counter_from_seed(7, 11);
         assert_eq!(u64::from(gen.key[0]) | (u64::from(gen.key[1]) << 32), 0x567d575d50ff6023);
         assert_eq!(u64::from(gen.counter[2]) | (u64::from(gen.counter[3]) << 32), 0xf0995f8592fea59b);
-        assert_eq!(bits(Distribution::Uniform, 6), [0x3f39a29a, 0x3d9e0130, 0x3f0abca4, 0x3e864ef0, 0x3f0c4572, 0x3ec6c784]);
-        assert_eq!(bits(Distribution::Normal, 6), [0x3ebf48d3, 0x3f359972, 0x3f8d41cf, 0xbdaf513f, 0x3f355fb2, 0xbf565fd5]);
-        assert_eq!(bits(Distribution::TruncatedNormal, 6), [0x3ebf48d3, 0x3f359972, 0x3f8d41cf, 0xbdaf513f, 0x3ded4234, 0xbf59f5fe]);
+        assert_eq!(
+            bits(Distribution::Uniform, 6),
+            [0x3f39a29a, 0x3d9e0130, 0x3f0abca4, 0x3e864ef0, 0x3f0c4572, 0x3ec6c784]
+        );
+        assert_eq!(
+            bits(Distribution::Normal, 6),
+            [0x3ebf48d3, 0x3f359972, 0x3f8d41cf, 0xbdaf513f, 0x3f355fb2, 0xbf565fd5]
+        );
+        assert_eq!(
+            bits(Distribution::TruncatedNormal, 6),
+            [0x3ebf48d3, 0x3f359972, 0x3f8d41cf, 0xbdaf513f, 0x3ded4234, 0xbf59f5fe]
+        );
     }
 }

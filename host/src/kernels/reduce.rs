@@ -46,7 +46,11 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("Max", T_TIDX, |a| build(a, ReduceOp::Max)).host_memory(&["reduction_indices"]),
     KernelDef::new("Min", T_TIDX, |a| build(a, ReduceOp::Min)).host_memory(&["reduction_indices"]),
     KernelDef::new("Prod", T_TIDX, |a| build(a, ReduceOp::Prod)).host_memory(&["reduction_indices"]),
-    KernelDef::new("Prod", I32_TIDX, |a| build(a, ReduceOp::Prod)).host_memory(&["input", "reduction_indices", "output"]),
+    KernelDef::new("Prod", I32_TIDX, |a| build(a, ReduceOp::Prod)).host_memory(&[
+        "input",
+        "reduction_indices",
+        "output",
+    ]),
     KernelDef::new("All", TIDX, |a| build(a, ReduceOp::All)).host_memory(&["reduction_indices"]),
     KernelDef::new("Any", TIDX, |a| build(a, ReduceOp::Any)).host_memory(&["reduction_indices"]),
     KernelDef::new("ArgMax", ARG_TYPES, |_| Ok(Box::new(ArgKernel { max: true }))).host_memory(&["dimension"]),
@@ -254,7 +258,10 @@ trait Reducer: 'static {
             let mid = (s.len() / 2) & !7;
             return Self::combine(Self::reduce_slice(&s[..mid]), Self::reduce_slice(&s[mid..]));
         }
-        in_wide_lanes(#[inline(always)] || Self::reduce_run(s))
+        in_wide_lanes(
+            #[inline(always)]
+            || Self::reduce_run(s),
+        )
     }
 
     /// Reduces `s` with eight independent accumulators (the compiler turns
@@ -432,7 +439,9 @@ fn reduce3<R: Reducer>(input: &[R::T], outer: usize, r: usize, inner: usize, out
             let piece = r.div_ceil(threads * 2).max(MIN_TASK_ELEMENTS / 2).next_multiple_of(8);
             let mut partials = vec![R::IDENTITY; r.div_ceil(piece)];
             for (o, row) in out.iter_mut().zip(input.chunks_exact(r)) {
-                pool::for_each_chunk_mut(&mut partials, 1, |i, p| p[0] = R::reduce_slice(&row[i * piece..((i + 1) * piece).min(r)]));
+                pool::for_each_chunk_mut(&mut partials, 1, |i, p| {
+                    p[0] = R::reduce_slice(&row[i * piece..((i + 1) * piece).min(r)])
+                });
                 *o = R::reduce_slice(&partials);
             }
         }
@@ -485,7 +494,10 @@ fn reduce_columns<R: Reducer>(block: &[R::T], r: usize, inner: usize, out: &mut 
 
 /// Like [`reduce_columns`] for columns `start..start + out.len()`.
 fn reduce_column_band<R: Reducer>(block: &[R::T], r: usize, inner: usize, start: usize, out: &mut [R::T]) {
-    in_wide_lanes(#[inline(always)] || column_band::<R>(block, r, inner, start, out));
+    in_wide_lanes(
+        #[inline(always)]
+        || column_band::<R>(block, r, inner, start, out),
+    );
 }
 
 /// The body of [`reduce_column_band`], inlined into its AVX2 copy.
@@ -614,7 +626,9 @@ fn arg_reduce<I: Element>(
         work(out, input);
     } else {
         let per_task = (MIN_TASK_ELEMENTS / plane).max(outer.div_ceil(threads * 4)).max(1);
-        pool::for_each_chunk_mut(out, per_task * inner, |task, o| work(o, &input[task * per_task * plane..][..o.len() / inner * plane]));
+        pool::for_each_chunk_mut(out, per_task * inner, |task, o| {
+            work(o, &input[task * per_task * plane..][..o.len() / inner * plane])
+        });
     }
     Ok(())
 }
@@ -689,8 +703,12 @@ mod tests {
         let out_len: usize = out_shape.iter().product();
         let (init, f): (f64, fn(f64, f64) -> f64) = match op {
             ReduceOp::Sum | ReduceOp::Mean => (0.0, |a, b| a + b),
-            ReduceOp::Max => (f64::NEG_INFINITY, |a: f64, b: f64| if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }),
-            ReduceOp::Min => (f64::INFINITY, |a: f64, b: f64| if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) }),
+            ReduceOp::Max => {
+                (f64::NEG_INFINITY, |a: f64, b: f64| if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) })
+            }
+            ReduceOp::Min => {
+                (f64::INFINITY, |a: f64, b: f64| if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) })
+            }
             ReduceOp::Prod => (1.0, |a, b| a * b),
             ReduceOp::All => (1.0, |a, b| if a != 0.0 && b != 0.0 { 1.0 } else { 0.0 }),
             ReduceOp::Any => (0.0, |a, b| if a != 0.0 || b != 0.0 { 1.0 } else { 0.0 }),
@@ -775,7 +793,8 @@ mod tests {
                     let out = run_f32(op, shape, axes, keep_dims, input.clone()).unwrap();
                     let expected = reference(op, shape, axes, &input.iter().map(|&v| v as f64).collect::<Vec<_>>());
                     // Rounding scales with the sum of magnitudes, not the (cancelling) result.
-                    let scale = reference(op, shape, axes, &input.iter().map(|&v| (v as f64).abs()).collect::<Vec<_>>());
+                    let scale =
+                        reference(op, shape, axes, &input.iter().map(|&v| (v as f64).abs()).collect::<Vec<_>>());
                     // Unblocked products of a few hundred factors drift by ~n ulp.
                     let tol = if op == ReduceOp::Prod { 3e-5 } else { 1e-6 };
                     let got = out.to_vec::<f32>().unwrap();
@@ -793,7 +812,9 @@ mod tests {
                         .collect();
                     assert_eq!(out.shape(), want_shape.as_slice());
                     for (i, ((&g, &w), &m)) in got.iter().zip(&expected).zip(&scale).enumerate() {
-                        let ok = (g.is_nan() && w.is_nan()) || g as f64 == w || (g as f64 - w).abs() <= tol * m.abs().max(1.0);
+                        let ok = (g.is_nan() && w.is_nan())
+                            || g as f64 == w
+                            || (g as f64 - w).abs() <= tol * m.abs().max(1.0);
                         assert!(ok, "{op:?} {shape:?} {axes:?}: element {i} is {g}, expected {w}");
                     }
                 }
@@ -859,7 +880,8 @@ mod tests {
         for &(shape, axes) in CASES {
             let len: usize = shape.iter().product();
             // Small factors (exact in f64) and, in the longer rows, overflow.
-            let input: Vec<i32> = values(len, 10).iter().map(|&v| (v * 2.0).round() as i32 + if v > 1.9 { 40_000 } else { 0 }).collect();
+            let input: Vec<i32> =
+                values(len, 10).iter().map(|&v| (v * 2.0).round() as i32 + if v > 1.9 { 40_000 } else { 0 }).collect();
             let x = Tensor::from_vec(shape, input.clone()).unwrap();
             let a = Tensor::from_vec(&[axes.len()], axes.to_vec()).unwrap();
             let out = LocalContext::run(&kernel, vec![x, a], &[DType::I32]).unwrap().remove(0);

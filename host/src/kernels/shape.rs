@@ -111,7 +111,8 @@ impl Broadcast {
         // Operand dimension `i` of the output, with missing leading dims as 1.
         let dim_of = |shape: &[usize], i: usize| if i + shape.len() < rank { 1 } else { shape[i + shape.len() - rank] };
 
-        let output_shape = broadcast_shape(a, b).ok_or_else(|| ShapeError::Incompatible { a: a.to_vec(), b: b.to_vec() })?;
+        let output_shape =
+            broadcast_shape(a, b).ok_or_else(|| ShapeError::Incompatible { a: a.to_vec(), b: b.to_vec() })?;
         let output_len =
             element_count(&output_shape).ok_or_else(|| ShapeError::TooLarge { shape: output_shape.to_vec() })?;
 
@@ -320,7 +321,12 @@ mod tests {
                     assert_eq!(run.out, next, "runs are consecutive for {a:?} {b:?}");
                     for j in 0..run.len {
                         let expected = reference_offsets(a, b, plan.output_shape(), run.out + j);
-                        assert_eq!((run.a + j * run.a_step, run.b + j * run.b_step), expected, "{a:?} {b:?} @ {}", run.out + j);
+                        assert_eq!(
+                            (run.a + j * run.a_step, run.b + j * run.b_step),
+                            expected,
+                            "{a:?} {b:?} @ {}",
+                            run.out + j
+                        );
                     }
                     next += run.len;
                 });

@@ -211,11 +211,7 @@ impl Tensor {
     /// A tensor over a vector (tests, scratch space).
     pub fn from_vec<T: Element>(shape: &[usize], values: Vec<T>) -> Result<Self, Error> {
         if element_count(shape) != Some(values.len()) {
-            return Err(Error::Internal(format!(
-                "{} values for shape {}",
-                values.len(),
-                ShapeDisplay(shape)
-            )));
+            return Err(Error::Internal(format!("{} values for shape {}", values.len(), ShapeDisplay(shape))));
         }
         let mut values = values.into_boxed_slice();
         let data = NonNull::new(values.as_mut_ptr().cast::<u8>());

@@ -42,7 +42,8 @@ macro_rules! grad {
     };
 }
 
-const CAST_TO_F32: &[(&str, &[DType])] = &[("SrcT", &[DType::F32, DType::I32, DType::I64, DType::Bool]), ("DstT", &[DType::F32])];
+const CAST_TO_F32: &[(&str, &[DType])] =
+    &[("SrcT", &[DType::F32, DType::I32, DType::I64, DType::Bool]), ("DstT", &[DType::F32])];
 const CAST_FROM_F32: &[(&str, &[DType])] = &[("SrcT", &[DType::F32]), ("DstT", &[DType::I32, DType::I64, DType::Bool])];
 /// The integer casts Keras runs on the device: int32 constants widened for
 /// the int64 step counter, and the int64 seed-generator state narrowed to
@@ -129,11 +130,14 @@ where
 {
     fill_chunked(out, |start, chunk| {
         let x = &x[start..start + chunk.len()];
-        in_wide_lanes(#[inline(always)] || {
-            for (o, &v) in chunk.iter_mut().zip(x) {
-                *o = f(v);
-            }
-        });
+        in_wide_lanes(
+            #[inline(always)]
+            || {
+                for (o, &v) in chunk.iter_mut().zip(x) {
+                    *o = f(v);
+                }
+            },
+        );
     });
 }
 
@@ -144,11 +148,14 @@ where
 {
     fill_chunked(out, |start, chunk| {
         let (a, b) = (&a[start..start + chunk.len()], &b[start..start + chunk.len()]);
-        in_wide_lanes(#[inline(always)] || {
-            for ((o, &x), &y) in chunk.iter_mut().zip(a).zip(b) {
-                *o = f(x, y);
-            }
-        });
+        in_wide_lanes(
+            #[inline(always)]
+            || {
+                for ((o, &x), &y) in chunk.iter_mut().zip(a).zip(b) {
+                    *o = f(x, y);
+                }
+            },
+        );
     });
 }
 
@@ -241,7 +248,9 @@ impl UnaryOp {
                 }
             }),
             UnaryOp::Elu => map(x, out, |v: f32| if v < 0.0 { exp_f32(v) - 1.0 } else { v }),
-            UnaryOp::Selu => map(x, out, |v: f32| if v < 0.0 { SELU_SCALE_ALPHA * (exp_f32(v) - 1.0) } else { SELU_SCALE * v }),
+            UnaryOp::Selu => {
+                map(x, out, |v: f32| if v < 0.0 { SELU_SCALE_ALPHA * (exp_f32(v) - 1.0) } else { SELU_SCALE * v })
+            }
             UnaryOp::Softplus => {
                 let threshold = softplus_threshold();
                 map(x, out, move |v: f32| {
@@ -410,9 +419,17 @@ impl Kernel for CastKernel {
         let x = ctx.input(0)?;
         let mut out = ctx.allocate_output(0, x.shape())?;
         if out.len() != x.len() {
-            return Err(Error::Internal(format!("Cast: output of {} elements for input {}", out.len(), ShapeDisplay(x.shape()))));
+            return Err(Error::Internal(format!(
+                "Cast: output of {} elements for input {}",
+                out.len(),
+                ShapeDisplay(x.shape())
+            )));
         }
-        fn cast<I: Element, O: Element>(x: &super::Tensor, out: &mut super::Tensor, f: impl Fn(I) -> O + Copy + Send + Sync) -> Result<(), Error> {
+        fn cast<I: Element, O: Element>(
+            x: &super::Tensor,
+            out: &mut super::Tensor,
+            f: impl Fn(I) -> O + Copy + Send + Sync,
+        ) -> Result<(), Error> {
             map(x.data::<I>()?, out.data_mut::<O>()?, f);
             Ok(())
         }
@@ -632,7 +649,15 @@ mod tests {
             UnaryOp::Tanh => x.tanh(),
             UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
             UnaryOp::Relu => return if v < 0.0 { 0.0 } else { v },
-            UnaryOp::Relu6 => return if v.is_nan() { v } else if v < 0.0 { 0.0 } else { v.min(6.0) },
+            UnaryOp::Relu6 => {
+                return if v.is_nan() {
+                    v
+                } else if v < 0.0 {
+                    0.0
+                } else {
+                    v.min(6.0)
+                }
+            }
             UnaryOp::Elu => return if v < 0.0 { (x.exp() as f32) - 1.0 } else { v },
             UnaryOp::Selu => return if v < 0.0 { SELU_SCALE_ALPHA * ((x.exp() as f32) - 1.0) } else { SELU_SCALE * v },
             UnaryOp::Softplus => {
@@ -646,7 +671,15 @@ mod tests {
             }
             UnaryOp::Softsign => x / (x.abs() + 1.0),
             UnaryOp::Erf => crate::kernels::vmath::erf_reference(x),
-            UnaryOp::Sign => return if v.is_nan() { v } else if v == 0.0 { 0.0 } else { v.signum() },
+            UnaryOp::Sign => {
+                return if v.is_nan() {
+                    v
+                } else if v == 0.0 {
+                    0.0
+                } else {
+                    v.signum()
+                }
+            }
             UnaryOp::Floor => x.floor(),
             UnaryOp::Ceil => x.ceil(),
             UnaryOp::Round => x.round_ties_even(),
@@ -743,7 +776,8 @@ mod tests {
                     b[5] = 6.0;
                 }
                 let kernel = GradKernel { op, name: "test" };
-                let inputs = vec![Tensor::from_vec(shape, a.clone()).unwrap(), Tensor::from_vec(shape, b.clone()).unwrap()];
+                let inputs =
+                    vec![Tensor::from_vec(shape, a.clone()).unwrap(), Tensor::from_vec(shape, b.clone()).unwrap()];
                 let out = LocalContext::run(&kernel, inputs, &[DType::F32]).unwrap();
                 assert_eq!(out[0].shape(), shape);
                 for ((&x, &y), &got) in a.iter().zip(&b).zip(out[0].to_vec::<f32>().unwrap().iter()) {
@@ -773,14 +807,22 @@ mod tests {
 
     #[test]
     fn gradient_shape_checks() {
-        let inputs = || vec![Tensor::from_vec(&[2, 3], vec![1.0f32; 6]).unwrap(), Tensor::from_vec(&[6], vec![1.0f32; 6]).unwrap()];
-        let error = LocalContext::run(&GradKernel { op: GradOp::Relu, name: "ReluGrad" }, inputs(), &[DType::F32]).unwrap_err();
+        let inputs = || {
+            vec![Tensor::from_vec(&[2, 3], vec![1.0f32; 6]).unwrap(), Tensor::from_vec(&[6], vec![1.0f32; 6]).unwrap()]
+        };
+        let error =
+            LocalContext::run(&GradKernel { op: GradOp::Relu, name: "ReluGrad" }, inputs(), &[DType::F32]).unwrap_err();
         assert!(matches!(error, Error::InvalidArgument(_)));
-        assert!(error.to_string().contains("ReluGrad") && error.to_string().contains("[2,3] != input 1: [6]"), "{error}");
+        assert!(
+            error.to_string().contains("ReluGrad") && error.to_string().contains("[2,3] != input 1: [6]"),
+            "{error}"
+        );
         // The cwise gradients only need the same number of elements.
-        let out = LocalContext::run(&GradKernel { op: GradOp::Tanh, name: "TanhGrad" }, inputs(), &[DType::F32]).unwrap();
+        let out =
+            LocalContext::run(&GradKernel { op: GradOp::Tanh, name: "TanhGrad" }, inputs(), &[DType::F32]).unwrap();
         assert_eq!(out[0].shape(), &[2, 3]);
-        let short = vec![Tensor::from_vec(&[2, 3], vec![1.0f32; 6]).unwrap(), Tensor::from_vec(&[4], vec![1.0f32; 4]).unwrap()];
+        let short =
+            vec![Tensor::from_vec(&[2, 3], vec![1.0f32; 6]).unwrap(), Tensor::from_vec(&[4], vec![1.0f32; 4]).unwrap()];
         assert!(LocalContext::run(&GradKernel { op: GradOp::Tanh, name: "TanhGrad" }, short, &[DType::F32]).is_err());
     }
 
@@ -803,22 +845,30 @@ mod tests {
 
     #[test]
     fn casts_follow_tensorflow() {
-        let special = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 3e9, -3e9, 2.7, -2.7, 0.5, -0.0, 1e20, -2147483648.0];
+        let special =
+            vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 3e9, -3e9, 2.7, -2.7, 0.5, -0.0, 1e20, -2147483648.0];
         let n = special.len();
         let run = |src: DType, dst: DType, input: Tensor| {
             LocalContext::run(&CastKernel { src, dst }, vec![input], &[dst]).unwrap().into_iter().next().unwrap()
         };
         let i32s = run(DType::F32, DType::I32, Tensor::from_vec(&[n], special.clone()).unwrap());
-        assert_eq!(i32s.to_vec::<i32>().unwrap(), [i32::MIN, i32::MIN, i32::MIN, i32::MIN, i32::MIN, 2, -2, 0, 0, i32::MIN, i32::MIN]);
+        assert_eq!(
+            i32s.to_vec::<i32>().unwrap(),
+            [i32::MIN, i32::MIN, i32::MIN, i32::MIN, i32::MIN, 2, -2, 0, 0, i32::MIN, i32::MIN]
+        );
         let i64s = run(DType::F32, DType::I64, Tensor::from_vec(&[n], special.clone()).unwrap());
         assert_eq!(
             i64s.to_vec::<i64>().unwrap(),
             [i64::MIN, i64::MIN, i64::MIN, 3_000_000_000, -3_000_000_000, 2, -2, 0, 0, i64::MIN, -2_147_483_648]
         );
         let bools = run(DType::F32, DType::Bool, Tensor::from_vec(&[n], special).unwrap());
-        assert_eq!(bools.to_vec::<TfBool>().unwrap().iter().map(|b| b.0).collect::<Vec<_>>(), [1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1]);
+        assert_eq!(
+            bools.to_vec::<TfBool>().unwrap().iter().map(|b| b.0).collect::<Vec<_>>(),
+            [1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1]
+        );
 
-        let f = run(DType::I64, DType::F32, Tensor::from_vec(&[3], vec![(1i64 << 53) + 1, -(1i64 << 40) - 3, 7]).unwrap());
+        let f =
+            run(DType::I64, DType::F32, Tensor::from_vec(&[3], vec![(1i64 << 53) + 1, -(1i64 << 40) - 3, 7]).unwrap());
         assert_eq!(f.to_vec::<f32>().unwrap(), [9_007_199_254_740_992.0, -1_099_511_627_776.0, 7.0]);
         let f = run(DType::I32, DType::F32, Tensor::from_vec(&[3], vec![16_777_217i32, -5, 0]).unwrap());
         assert_eq!(f.to_vec::<f32>().unwrap(), [16_777_216.0, -5.0, 0.0]);
@@ -883,7 +933,11 @@ mod tests {
         let wide = cast(DType::I32, DType::I64, Tensor::from_vec(&[2, 2], vec![0, -1, i32::MAX, i32::MIN]).unwrap());
         assert_eq!(wide.shape(), &[2, 2]);
         assert_eq!(wide.to_vec::<i64>().unwrap(), [0, -1, 2_147_483_647, -2_147_483_648]);
-        let narrow = cast(DType::I64, DType::I32, Tensor::from_vec(&[5], vec![7i64, -7, 1 << 32, (1 << 32) + 5, -(1 << 31) - 1]).unwrap());
+        let narrow = cast(
+            DType::I64,
+            DType::I32,
+            Tensor::from_vec(&[5], vec![7i64, -7, 1 << 32, (1 << 32) + 5, -(1 << 31) - 1]).unwrap(),
+        );
         assert_eq!(narrow.to_vec::<i32>().unwrap(), [7, -7, 0, 5, i32::MAX]);
         let empty = cast(DType::I64, DType::I32, Tensor::from_vec::<i64>(&[0, 3], vec![]).unwrap());
         assert_eq!(empty.shape(), &[0, 3]);

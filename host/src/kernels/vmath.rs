@@ -319,11 +319,14 @@ mod tests {
         let funcs: [fn(f32) -> f32; 6] = [exp_f32, ln_f32, ln_1p_f32, tanh_f32, sigmoid_f32, erf_f32];
         for f in funcs {
             let mut lanes = vec![0f32; x.len()];
-            in_wide_lanes(#[inline(always)] || {
-                for (o, &v) in lanes.iter_mut().zip(&x) {
-                    *o = f(v);
-                }
-            });
+            in_wide_lanes(
+                #[inline(always)]
+                || {
+                    for (o, &v) in lanes.iter_mut().zip(&x) {
+                        *o = f(v);
+                    }
+                },
+            );
             for (&v, &got) in x.iter().zip(&lanes) {
                 assert_eq!(got.to_bits(), f(v).to_bits(), "at {v}");
             }

@@ -75,7 +75,11 @@ pub fn compile(engine: &Engine, bytes: &[u8], dir: Option<&Path>) -> wasmtime::R
 
 fn store(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-    let tmp = dir.join(format!(".{}.{}.tmp", std::process::id(), path.file_name().and_then(|f| f.to_str()).unwrap_or("entry")));
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        std::process::id(),
+        path.file_name().and_then(|f| f.to_str()).unwrap_or("entry")
+    ));
     let mut file = std::fs::File::create(&tmp)?;
     file.write_all(compiled)?;
     file.sync_all()?;

@@ -30,9 +30,9 @@ wasmtime::component::bindgen!({
     world: "device",
 });
 
+pub use self::tfwasm::device::types::{DeviceConfig, DeviceError, DeviceInfo};
 pub use exports::tfwasm::device::memory::MemoryUsage as Usage;
 pub use exports::tfwasm::device::streams::{Dependency, EventState as EventStatus, Ticket, WorkKind};
-pub use self::tfwasm::device::types::{DeviceConfig, DeviceError, DeviceInfo};
 
 /// Length of one epoch tick: the granularity of call deadlines.
 const EPOCH_TICK: Duration = Duration::from_millis(1);
@@ -247,14 +247,11 @@ impl GuestProgram {
             .map_err(|e| Error::Internal(format!("cannot link WASI: {e:#}")))?;
         Device::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
             .map_err(|e| Error::Internal(format!("cannot link the host interface: {e:#}")))?;
-        let instance_pre = linker.instantiate_pre(&component).map_err(|e| {
-            load_err(format!("its imports do not match what tfwasm provides: {e:#}"))
-        })?;
-        let pre = DevicePre::new(instance_pre).map_err(|e| {
-            load_err(format!(
-                "it does not export the `tfwasm:device/device@0.1.0` world: {e:#}"
-            ))
-        })?;
+        let instance_pre = linker
+            .instantiate_pre(&component)
+            .map_err(|e| load_err(format!("its imports do not match what tfwasm provides: {e:#}")))?;
+        let pre = DevicePre::new(instance_pre)
+            .map_err(|e| load_err(format!("it does not export the `tfwasm:device/device@0.1.0` world: {e:#}")))?;
         let how = if cached { "loaded from the compile cache" } else { "compiled" };
         tracing::info!("{label}: {how} and linked in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
         Ok(Arc::new(GuestProgram { label: label.into(), policy: policy.clone(), pre }))
@@ -276,11 +273,9 @@ impl GuestProgram {
             wasi.inherit_stderr();
         }
         for preopen in &self.policy.capabilities.preopens {
-            wasi.preopened_dir(&preopen.host, &preopen.guest, FsPerms::ReadOnly).map_err(|e| {
-                Error::GuestLoad {
-                    guest: self.label.to_string(),
-                    reason: format!("cannot preopen {}: {e:#}", preopen.host.display()),
-                }
+            wasi.preopened_dir(&preopen.host, &preopen.guest, FsPerms::ReadOnly).map_err(|e| Error::GuestLoad {
+                guest: self.label.to_string(),
+                reason: format!("cannot preopen {}: {e:#}", preopen.host.display()),
             })?;
         }
         let memory_cap = usize::try_from(self.policy.limits.memory_bytes).unwrap_or(usize::MAX);
@@ -423,7 +418,9 @@ fn describe_trap(trap: Option<Trap>, error: &wasmtime::Error) -> String {
     // The innermost named frame of the guest's own code says where it happened
     // (skipping the panic and abort machinery of its standard library).
     let runtime = |name: &str| {
-        ["std::", "core::", "alloc::", "__rust", "rust_", "abort", "panic"].iter().any(|p| name.starts_with(p) || name.contains("panic"))
+        ["std::", "core::", "alloc::", "__rust", "rust_", "abort", "panic"]
+            .iter()
+            .any(|p| name.starts_with(p) || name.contains("panic"))
     };
     let frame = error.downcast_ref::<WasmBacktrace>().and_then(|trace| {
         trace

@@ -169,7 +169,8 @@ mod tests {
         let counter = Arc::new(AtomicUsize::new(0));
         let mut source = lookalike(&counter);
         // SAFETY: `source` is a live lookalike and unused afterwards.
-        let done = unsafe { DoneCallback::take_with((&mut source as *mut StdFunction).cast(), run_like_tensorflow) }.expect("movable");
+        let done = unsafe { DoneCallback::take_with((&mut source as *mut StdFunction).cast(), run_like_tensorflow) }
+            .expect("movable");
         assert!(source.manager.is_none() && source.invoker.is_none(), "the source is left empty");
         // Overwrite the source, as TensorFlow's frame would be reused.
         // SAFETY: `source` is a live local; all-zero words are a valid (empty) lookalike.
@@ -194,7 +195,9 @@ mod tests {
     fn an_empty_callback_is_left_alone() {
         let mut empty = StdFunction { functor: AnyData([ptr::null_mut(); 2]), manager: None, invoker: None };
         // SAFETY: `empty` is a live (empty) lookalike.
-        assert!(unsafe { DoneCallback::take_with((&mut empty as *mut StdFunction).cast(), run_like_tensorflow) }.is_none());
+        assert!(
+            unsafe { DoneCallback::take_with((&mut empty as *mut StdFunction).cast(), run_like_tensorflow) }.is_none()
+        );
         // SAFETY: null is refused before any read.
         assert!(unsafe { DoneCallback::take_with(ptr::null_mut(), run_like_tensorflow) }.is_none());
     }

@@ -28,8 +28,12 @@ pub struct TF_GrapplerItem {
 /// `TF_GetNodesToPreserveListSize` (grappler.h): how many names, and the
 /// bytes they need. Exported by `libtensorflow_cc.so.2`, looked up at run
 /// time (`abi::graph::preserve_fns`) so a wheel without it still loads us.
-pub type TF_GetNodesToPreserveListSizeFn =
-    unsafe extern "C" fn(item: *const TF_GrapplerItem, num_values: *mut i32, storage_size: *mut usize, status: *mut TF_Status);
+pub type TF_GetNodesToPreserveListSizeFn = unsafe extern "C" fn(
+    item: *const TF_GrapplerItem,
+    num_values: *mut i32,
+    storage_size: *mut usize,
+    status: *mut TF_Status,
+);
 
 /// `TF_GetNodesToPreserveList` (grappler.h): fills `values[i]` /
 /// `lengths[i]` with pointers into `storage` (not NUL-terminated).

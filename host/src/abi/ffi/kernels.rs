@@ -83,7 +83,8 @@ pub type TF_KernelCreateFn = unsafe extern "C" fn(*mut TF_OpKernelConstruction) 
 pub type TF_KernelComputeFn = unsafe extern "C" fn(*mut c_void, *mut TF_OpKernelContext);
 /// Called by TensorFlow for every execution of an asynchronous kernel; the
 /// node completes when `done` is run.
-pub type TF_KernelComputeAsyncFn = unsafe extern "C" fn(*mut c_void, *mut TF_OpKernelContext, *mut TF_AsyncOpKernelDoneCallback);
+pub type TF_KernelComputeAsyncFn =
+    unsafe extern "C" fn(*mut c_void, *mut TF_OpKernelContext, *mut TF_AsyncOpKernelDoneCallback);
 /// Called by TensorFlow when the kernel instance is destroyed (also with a
 /// null pointer if the create callback returned null).
 pub type TF_KernelDeleteFn = unsafe extern "C" fn(*mut c_void);
@@ -100,7 +101,10 @@ extern "C" {
 
     pub fn TF_OpDefinitionBuilderAddOutput(builder: *mut TF_OpDefinitionBuilder, output_spec: *const c_char);
 
-    pub fn TF_OpDefinitionBuilderSetShapeInferenceFunction(builder: *mut TF_OpDefinitionBuilder, shape_fn: Option<TF_ShapeInferenceFn>);
+    pub fn TF_OpDefinitionBuilderSetShapeInferenceFunction(
+        builder: *mut TF_OpDefinitionBuilder,
+        shape_fn: Option<TF_ShapeInferenceFn>,
+    );
 
     /// Takes ownership of `builder` whatever the outcome. TensorFlow 2.21
     /// finalizes the definition at once (its registry is initialised by the

@@ -192,7 +192,8 @@ pub struct SP_StreamExecutor {
     pub mem_zero: Option<unsafe extern "C" fn(Dev, SP_Stream, location: Mem, size: u64, St)>,
     pub memset: Option<unsafe extern "C" fn(Dev, SP_Stream, location: Mem, pattern: u8, size: u64, St)>,
     pub memset32: Option<unsafe extern "C" fn(Dev, SP_Stream, location: Mem, pattern: u32, size: u64, St)>,
-    pub host_callback: Option<unsafe extern "C" fn(Dev, SP_Stream, callback: SE_StatusCallbackFn, arg: *mut c_void) -> TF_Bool>,
+    pub host_callback:
+        Option<unsafe extern "C" fn(Dev, SP_Stream, callback: SE_StatusCallbackFn, arg: *mut c_void) -> TF_Bool>,
 }
 versioned_default!(SP_StreamExecutor, host_callback);
 

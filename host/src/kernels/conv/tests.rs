@@ -146,8 +146,7 @@ impl Case {
         let x = values(in_len, 1);
         let w = values(f_len, 2);
         let g = values(len(&out_shape), 3);
-        let (mut y_ref, mut dx_ref, mut dw_ref) =
-            (vec![0f64; len(&out_shape)], vec![0f64; in_len], vec![0f64; f_len]);
+        let (mut y_ref, mut dx_ref, mut dw_ref) = (vec![0f64; len(&out_shape)], vec![0f64; in_len], vec![0f64; f_len]);
         self.for_each_term(|o, i, k| {
             y_ref[o] += x[i] as f64 * w[k] as f64;
             dx_ref[i] += g[o] as f64 * w[k] as f64;
@@ -157,8 +156,12 @@ impl Case {
         let t = |shape: &[usize], v: &Vec<f32>| Tensor::from_vec(shape, v.clone()).unwrap();
         let sizes = |s: [usize; 4]| Tensor::from_vec(&[4], s.map(|v| v as i32).to_vec()).unwrap();
 
-        let y = LocalContext::run(&*build("Conv2D", &attrs).unwrap(), vec![t(&self.input, &x), t(&self.filter, &w)], &[DType::F32])
-            .unwrap();
+        let y = LocalContext::run(
+            &*build("Conv2D", &attrs).unwrap(),
+            vec![t(&self.input, &x), t(&self.filter, &w)],
+            &[DType::F32],
+        )
+        .unwrap();
         assert_eq!(y[0].shape(), &out_shape, "{self:?}");
         compare("Conv2D", self, &y[0].to_vec::<f32>().unwrap(), &y_ref);
 
@@ -189,7 +192,13 @@ fn compare(op: &str, case: &Case, got: &[f32], want: &[f64]) {
     }
 }
 
-fn case(input: [usize; 4], filter: [usize; 4], strides: [usize; 2], dilations: [usize; 2], padding: &'static str) -> Case {
+fn case(
+    input: [usize; 4],
+    filter: [usize; 4],
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    padding: &'static str,
+) -> Case {
     Case { input, filter, strides, dilations, padding, explicit: [0; 4] }
 }
 
@@ -248,7 +257,10 @@ fn invalid_convolutions_are_errors() {
     assert!(build("Conv2D", &nchw).err().unwrap().to_string().contains("NCHW"));
     let bad = TestAttrs::default().ints("strides", &[2, 1, 1, 1]).string("padding", "SAME");
     assert!(build("Conv2D", &bad).is_err());
-    let bad = TestAttrs::default().ints("strides", &[1, 1, 1, 1]).string("padding", "SAME").ints("explicit_paddings", &[0; 8]);
+    let bad = TestAttrs::default()
+        .ints("strides", &[1, 1, 1, 1])
+        .string("padding", "SAME")
+        .ints("explicit_paddings", &[0; 8]);
     assert!(build("Conv2D", &bad).is_err());
 
     // out_backprop of the wrong shape
@@ -335,7 +347,8 @@ impl PoolCase {
             dx_ref[best] += g[o];
         }
         let yt = Tensor::from_vec(&out_shape, y).unwrap();
-        let dx = LocalContext::run(&*build("MaxPoolGrad", &attrs).unwrap(), vec![xt(), yt, gt()], &[DType::F32]).unwrap();
+        let dx =
+            LocalContext::run(&*build("MaxPoolGrad", &attrs).unwrap(), vec![xt(), yt, gt()], &[DType::F32]).unwrap();
         assert_eq!(dx[0].shape(), &self.input);
         let dx = dx[0].to_vec::<f32>().unwrap();
         for i in 0..in_len {
@@ -442,4 +455,3 @@ fn bench_keras_shapes() {
         eprintln!("{input:?} {filter:?}: fwd {tf:.1} us, bp_input {ti:.1} us, bp_filter {tw:.1} us");
     }
 }
-
