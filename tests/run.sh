@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every test: check formatting (cargo fmt, rustfmt.toml), build and install
+# Every test: check formatting (cargo fmt, .rustfmt.toml), build and install
 # (host/scripts/setup.sh), then
 #   1. cargo test --release -p tfwasm            host unit tests + tests/rust (integration,
 #                                                incl. the C-layout check against the wheel's headers)
