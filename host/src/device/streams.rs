@@ -251,7 +251,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         a.enqueue(1, vec![], Box::new(move || rx.recv().map_err(|e| e.to_string())));
         let pending = vec![(a.clone(), 1)];
-        let work2 = b.run_if_idle(2, &pending, work(&ran)).err().expect("dependency not done");
+        let work2 = b.run_if_idle(2, &pending, work(&ran)).expect_err("dependency not done");
         assert_eq!(b.submitted(), 1, "a refused run takes no seq");
         tx.send(()).unwrap();
         a.wait_for(1);

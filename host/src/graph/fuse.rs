@@ -388,7 +388,8 @@ mod tests {
 
     #[test]
     fn nodes_others_see_stay() {
-        let cases: [(&str, Vec<Vec<u8>>, &dyn Fn(&[u8]) -> bool); 7] = [
+        type Case<'p> = (&'static str, Vec<Vec<u8>>, &'p dyn Fn(&[u8]) -> bool);
+        let cases: [Case; 7] = [
             // `sqrt` has a second reader.
             ("two readers", [adam(WASM0), vec![node("other", "Neg", &["sqrt"], CPU0, &[])]].concat(), &keep_nothing),
             // Something waits on `sqrt`.

@@ -40,7 +40,7 @@ use super::GraphError;
 
 /// The NodeDefs of a serialized GraphDef, each with its offset in `graph`
 /// (for errors and patches relative to the whole graph).
-pub fn node_defs(graph: &[u8]) -> impl Iterator<Item = Result<(&[u8], usize), GraphError>> {
+pub fn node_defs(graph: &[u8]) -> impl Iterator<Item = Result<wire::Located<'_>, GraphError>> {
     wire::fields(graph).filter_map(move |field| match field {
         Err(error) => Some(Err(error)),
         Ok(field) if field.number == GRAPH_NODE => Some(wire::bytes(graph, &field, "GraphDef.node is not a message")),
@@ -50,7 +50,7 @@ pub fn node_defs(graph: &[u8]) -> impl Iterator<Item = Result<(&[u8], usize), Gr
 
 /// The key and the AttrValue bytes (with their offset in `entry`) of one
 /// `NodeDef.attr` map entry.
-pub fn attr_entry(entry: &[u8]) -> Result<(&[u8], Option<(&[u8], usize)>), GraphError> {
+pub fn attr_entry(entry: &[u8]) -> Result<(&[u8], Option<wire::Located<'_>>), GraphError> {
     let (mut key, mut value) = (&[][..], None);
     for field in wire::fields(entry) {
         let field = field?;

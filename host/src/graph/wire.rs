@@ -125,9 +125,13 @@ pub fn raw_fields(message: &[u8]) -> impl Iterator<Item = Result<(Field, &[u8]),
     })
 }
 
+/// Bytes borrowed from a message, with their offset in it (errors and
+/// patches are reported relative to the enclosing message).
+pub type Located<'a> = (&'a [u8], usize);
+
 /// The bytes of a length-delimited field, or an error naming `what` if the
 /// field has another wire type (a message TensorFlow could not parse either).
-pub fn bytes<'a>(message: &'a [u8], field: &Field, what: &'static str) -> Result<(&'a [u8], usize), GraphError> {
+pub fn bytes<'a>(message: &'a [u8], field: &Field, what: &'static str) -> Result<Located<'a>, GraphError> {
     match &field.value {
         Value::Bytes(range) => Ok((&message[range.clone()], range.start)),
         Value::Varint { range, .. } | Value::Fixed64(range) | Value::Fixed32(range) => {

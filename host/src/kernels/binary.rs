@@ -1002,7 +1002,8 @@ mod tests {
 
     #[test]
     fn integer_ops_match_reference_on_odd_shapes() {
-        let ops: [(BinaryOp, fn(i64, i64) -> i64); 4] = [
+        type Reference = fn(i64, i64) -> i64;
+        let ops: [(BinaryOp, Reference); 4] = [
             (BinaryOp::Add, |x, y| (i128::from(x) + i128::from(y)) as i64),
             (BinaryOp::Mul, |x, y| (i128::from(x) * i128::from(y)) as i64),
             (BinaryOp::FloorMod, floor_mod_reference),

@@ -116,7 +116,7 @@ impl Kernel for SoftmaxKernel {
 
 /// Softmax (or log-softmax) of every row of `width` elements.
 pub fn softmax(input: &[f32], width: usize, log: bool, out: &mut [f32]) -> Result<(), Error> {
-    if input.len() != out.len() || (width > 0 && !input.len().is_multiple_of(width)) {
+    if input.len() != out.len() || (width > 0 && input.len() % width != 0) {
         return Err(Error::Internal("Softmax: buffer sizes do not match".into()));
     }
     for_rows(out, width, |first, rows| {
