@@ -270,7 +270,9 @@ impl Program {
                     plan.gather(strides, data, at, &mut buffer[..len]);
                 }
             }
-            let operands: SmallVec<[Operand; 8]> = plan
+            // Inline room for Adam's update tree (a dozen inputs, most of
+            // them scalars), so a block allocates nothing.
+            let operands: SmallVec<[Operand; 16]> = plan
                 .inputs
                 .iter()
                 .zip(inputs)
