@@ -421,18 +421,22 @@ impl Deferred {
 /// kernel's own multiply-add count when it reports one, else the bytes of
 /// its inputs. Inputs it cannot read are left to `compute_kernel` to report.
 fn worth_deferring(instance: &Instance, ctx: NonNull<TF_OpKernelContext>) -> bool {
-    let Ok(status) = OwnedStatus::new() else { return false };
-    let context = Context { raw: ctx, op: instance.op, status: &status };
-    let Ok(inputs) =
-        (0..context.num_inputs()).map(|index| context.input(index)).collect::<Result<Vec<Tensor>, Error>>()
-    else {
-        return false;
+    let Ok(status) = SpareStatus::take() else { return false };
+    let worth = {
+        let context = Context { raw: ctx, op: instance.op, status: &status };
+        match (0..context.num_inputs()).map(|index| context.input(index)).collect::<Result<Vec<Tensor>, Error>>() {
+            Err(_) => false,
+            Ok(inputs) => {
+                let shapes: Vec<&[usize]> = inputs.iter().map(Tensor::shape).collect();
+                match instance.kernel.deferral_work(&shapes) {
+                    Some(work) => work >= DEFER_MIN_WORK,
+                    None => inputs.iter().map(|input| input.bytes().len()).sum::<usize>() >= DEFER_MIN_INPUT_BYTES,
+                }
+            }
+        }
     };
-    let shapes: Vec<&[usize]> = inputs.iter().map(Tensor::shape).collect();
-    match instance.kernel.deferral_work(&shapes) {
-        Some(work) => work >= DEFER_MIN_WORK,
-        None => inputs.iter().map(|input| input.bytes().len()).sum::<usize>() >= DEFER_MIN_INPUT_BYTES,
-    }
+    SpareStatus::put(status);
+    worth
 }
 
 /// # Safety
@@ -584,7 +588,8 @@ impl std::fmt::Display for Slot {
     }
 }
 
-/// Releases a `TF_Tensor` handle when the [`Tensor`] over it is dropped.
+/// A `TF_Tensor` handle the abi layer holds, released on drop unless it was
+/// handed to a [`Tensor`]'s owner ([`TensorHandle::into_owner`]).
 struct TensorHandle(NonNull<TF_Tensor>);
 
 // SAFETY: a TF_Tensor handle is a reference-counted buffer reference that
@@ -594,7 +599,7 @@ unsafe impl Send for TensorHandle {}
 impl Drop for TensorHandle {
     fn drop(&mut self) {
         // SAFETY: we own this handle and release it exactly once.
-        unsafe { TF_DeleteTensor(self.0.as_ptr()) };
+        unsafe { release_tensor(self.0.cast()) };
     }
 }
 

@@ -24,7 +24,7 @@
 //!
 //! `TFWASM_COMPUTE_THREADS` overrides the size, e.g. to leave cores to a
 //! data pipeline or to pin down a benchmark. (The Keras MLP benchmark step
-//! on the 2-core CI machine: 10.5 ms with 2 threads, 11.1 ms with 3 and
+//! on a 2-core VM: 10.5 ms with 2 threads, 11.1 ms with 3 and
 //! 15.5 ms with 1, three alternating rounds each.)
 
 use std::any::Any;
