@@ -19,9 +19,9 @@
 //!
 //! The output is computed in blocks of [`BLOCK`] elements that stay in the
 //! L1 cache: each step reads its operands' blocks and writes one block.
-//! Operands that are the same for a whole block (single-element inputs, and
+//! Operands that are the same for every element (single-element inputs, and
 //! any subtree of them, such as Adam's bias corrections) are computed once
-//! per block as scalars, not per element. An input that repeats along the
+//! per execution, before the first block ([`Program::fold`]). An input that repeats along the
 //! output's outer dimensions (a bias) is read from a tile of its pattern;
 //! any other repeating input is gathered block by block. Large outputs are
 //! split across the compute pool as the unfused kernels are.
@@ -253,7 +253,15 @@ impl Program {
     /// block. Inputs that repeat along some dimensions (a bias, a column)
     /// are gathered into a block of their own first, so blocks stay full
     /// whatever the shapes.
-    fn fill(&self, plan: &Plan, inputs: &[&[f32]], tiles: &[Vec<f32>], start: usize, out: &mut [f32]) {
+    fn fill(
+        &self,
+        steps: &[Folded],
+        plan: &Plan,
+        inputs: &[&[f32]],
+        tiles: &[Vec<f32>],
+        start: usize,
+        out: &mut [f32],
+    ) {
         let block = out.len().min(BLOCK);
         let mut scratch = Scratch::new(block);
         let mut gathered: SmallVec<[Vec<f32>; 8]> = plan
@@ -270,70 +278,134 @@ impl Program {
                     plan.gather(strides, data, at, &mut buffer[..len]);
                 }
             }
-            // Inline room for Adam's update tree (a dozen inputs, most of
-            // them scalars), so a block allocates nothing.
-            let operands: SmallVec<[Operand; 16]> = plan
+            // Each input's elements for this block (a single-element input
+            // is folded into the steps and not read here). Inline room for
+            // Adam's update tree (a dozen inputs), so a block allocates
+            // nothing.
+            let operands: SmallVec<[&[f32]; 16]> = plan
                 .inputs
                 .iter()
                 .zip(inputs)
                 .zip(gathered.iter().zip(tiles))
                 .map(|((layout, data), (buffer, tile))| match *layout {
-                    Layout::Full => Operand { data: &data[at..at + len], repeated: false },
-                    Layout::Single => Operand { data: &data[..1], repeated: true },
-                    Layout::Periodic(period) => {
-                        Operand { data: &tile[at % period..at % period + len], repeated: false }
-                    }
-                    Layout::Strided(_) => Operand { data: &buffer[..len], repeated: false },
+                    Layout::Full => &data[at..at + len],
+                    Layout::Single => &data[..1],
+                    Layout::Periodic(period) => &tile[at % period..at % period + len],
+                    Layout::Strided(_) => &buffer[..len],
                 })
                 .collect();
-            self.eval(&operands, &mut scratch, &mut out[at - start..at - start + len]);
+            eval(steps, &operands, &mut scratch, &mut out[at - start..at - start + len]);
             at += len;
         }
     }
 
-    /// Evaluates the program on one span of `out.len()` elements.
-    fn eval(&self, operands: &[Operand<'_>], scratch: &mut Scratch, out: &mut [f32]) {
-        let len = out.len();
-        let last = self.steps.len() - 1;
-        let mut stack = SmallVec::<[Value; MAX_DEPTH]>::new();
-        for (i, step) in self.steps.iter().enumerate() {
-            let value = match *step {
-                Step::Input(k) => operands[k].value(),
-                Step::Unary(op) => match pop(&mut stack) {
-                    Value::Uniform(v) => {
-                        let mut y = [0.0];
-                        op.run(&[v], &mut y);
-                        Value::Uniform(y[0])
+    /// This program's steps for one execution, with every value that is the
+    /// same for all elements computed now: a single-element input becomes
+    /// [`Folded::Uniform`], and so does any step whose operands all are
+    /// (Adam's `lr·√(1-β₂ᵗ)/(1-β₁ᵗ)`, fourteen steps with two `Pow`s),
+    /// instead of being recomputed for every block. The arithmetic is the
+    /// unfused kernels' own, on one element, so the results do not change.
+    fn fold(&self, plan: &Plan, inputs: &[&[f32]]) -> Vec<Folded> {
+        let mut folded = Vec::with_capacity(self.steps.len());
+        // Per stack value: where its steps start in `folded`, and its value
+        // when it is the same for every element.
+        let mut stack = SmallVec::<[(usize, Option<f32>); MAX_DEPTH]>::new();
+        for &step in &self.steps {
+            let start = folded.len();
+            let (at, uniform) = match step {
+                Step::Input(k) => match plan.inputs[k] {
+                    Layout::Single => (start, Some(inputs[k][0])),
+                    _ => {
+                        folded.push(Folded::Input(k));
+                        (start, None)
                     }
-                    x => scratch.write(i == last, out, &[x], |buffers, dest| op.run(view(buffers, &x, len).0, dest)),
+                },
+                Step::Unary(op) => match pop(&mut stack) {
+                    (at, Some(x)) => (at, Some(unary_scalar(op, x))),
+                    (at, None) => {
+                        folded.push(Folded::Op(step));
+                        (at, None)
+                    }
                 },
                 Step::Binary(_) | Step::BiasAdd => match (pop(&mut stack), pop(&mut stack)) {
-                    (Value::Uniform(y), Value::Uniform(x)) => {
-                        let op = step.binary_op();
-                        let mut z = [0.0];
-                        op.apply_f32(&[x], 0, &[y], 0, &mut z);
-                        Value::Uniform(z[0])
+                    ((_, Some(y)), (at, Some(x))) => (at, Some(binary_scalar(step.binary_op(), x, y))),
+                    (_, (at, _)) => {
+                        folded.push(Folded::Op(step));
+                        (at, None)
                     }
-                    (y, x) => scratch.write(i == last, out, &[x, y], |buffers, dest| {
-                        let ((x, x_step), (y, y_step)) = (view(buffers, &x, len), view(buffers, &y, len));
-                        step.binary_op().apply_f32(x, x_step, y, y_step, dest);
-                    }),
                 },
             };
-            stack.push(value);
+            if let Some(v) = uniform {
+                folded.truncate(at);
+                folded.push(Folded::Uniform(v));
+            }
+            stack.push((at, uniform));
         }
-        match pop(&mut stack) {
-            Value::Uniform(v) => out.fill(v),
-            Value::Input(x) => out.copy_from_slice(&x[..len]),
-            // The last step wrote into `out`.
-            Value::Out => {}
-            Value::Buffer(_) => unreachable!("the last step writes to the output"),
-        }
+        folded
+    }
+}
+
+/// `op` on one element, as its kernel computes it.
+fn unary_scalar(op: UnaryOp, x: f32) -> f32 {
+    let mut y = [0.0];
+    op.run(&[x], &mut y);
+    y[0]
+}
+
+/// `op` on one pair of elements, as its kernel computes it.
+fn binary_scalar(op: BinaryOp, x: f32, y: f32) -> f32 {
+    let mut z = [0.0];
+    op.apply_f32(&[x], 0, &[y], 0, &mut z);
+    z[0]
+}
+
+/// A step as one execution runs it ([`Program::fold`]).
+#[derive(Debug, Clone, Copy)]
+enum Folded {
+    /// Push input `k`, which has a value per element.
+    Input(usize),
+    /// Push a value shared by every element.
+    Uniform(f32),
+    /// A `Unary`, `Binary` or `BiasAdd` step with at least one operand that
+    /// has a value per element.
+    Op(Step),
+}
+
+/// Evaluates folded `steps` on one span of `out.len()` elements.
+fn eval(steps: &[Folded], operands: &[&[f32]], scratch: &mut Scratch, out: &mut [f32]) {
+    let len = out.len();
+    let last = steps.len() - 1;
+    let mut stack = SmallVec::<[Value; MAX_DEPTH]>::new();
+    for (i, step) in steps.iter().enumerate() {
+        let value = match *step {
+            Folded::Input(k) => Value::Input(operands[k]),
+            Folded::Uniform(v) => Value::Uniform(v),
+            Folded::Op(Step::Unary(op)) => {
+                let x = pop(&mut stack);
+                scratch.write(i == last, out, &[x], |buffers, dest| op.run(view(buffers, &x, len).0, dest))
+            }
+            // A uniform operand is read with step 0: one element, repeated.
+            Folded::Op(step) => {
+                let (y, x) = (pop(&mut stack), pop(&mut stack));
+                scratch.write(i == last, out, &[x, y], |buffers, dest| {
+                    let ((x, x_step), (y, y_step)) = (view(buffers, &x, len), view(buffers, &y, len));
+                    step.binary_op().apply_f32(x, x_step, y, y_step, dest);
+                })
+            }
+        };
+        stack.push(value);
+    }
+    match pop(&mut stack) {
+        Value::Uniform(v) => out.fill(v),
+        Value::Input(x) => out.copy_from_slice(&x[..len]),
+        // The last step wrote into `out`.
+        Value::Out => {}
+        Value::Buffer(_) => unreachable!("the last step writes to the output"),
     }
 }
 
 /// The top of a span's operand stack.
-fn pop<'v>(stack: &mut SmallVec<[Value<'v>; MAX_DEPTH]>) -> Value<'v> {
+fn pop<T>(stack: &mut SmallVec<[T; MAX_DEPTH]>) -> T {
     // `Program::new` proved the stack never underflows.
     stack.pop().expect("a validated program never pops an empty stack")
 }
@@ -359,23 +431,6 @@ fn view<'v>(buffers: &'v [Vec<f32>], value: &'v Value<'_>, len: usize) -> (&'v [
         Value::Input(x) => (&x[..len], 1),
         Value::Buffer(k) => (&buffers[*k][..len], 1),
         Value::Out => unreachable!("the output is never an operand"),
-    }
-}
-
-/// One input's elements for one span: `len` of them, or one repeated.
-#[derive(Debug, Clone, Copy)]
-struct Operand<'a> {
-    data: &'a [f32],
-    repeated: bool,
-}
-
-impl<'a> Operand<'a> {
-    fn value(self) -> Value<'a> {
-        if self.repeated {
-            Value::Uniform(self.data[0])
-        } else {
-            Value::Input(self.data)
-        }
     }
 }
 
@@ -608,7 +663,8 @@ impl Kernel for FusedKernel {
         let out = out.data_mut::<f32>()?;
         plan.check(&data, out.len())?;
         let tiles = plan.tiles(&data);
-        fill_chunked(out, |start, chunk| self.program.fill(&plan, &data, &tiles, start, chunk));
+        let steps = self.program.fold(&plan, &data);
+        fill_chunked(out, |start, chunk| self.program.fill(&steps, &plan, &data, &tiles, start, chunk));
         Ok(())
     }
 }
@@ -757,6 +813,55 @@ mod tests {
         // A program that is only an input (a copy), or only scalars.
         check("$0", &[&[6]]);
         check("$0 $1 Mul Exp", &[&[], &[1, 1]]);
+    }
+
+    /// Keras' Adam update of a variable as the graph pass fuses it:
+    /// `var - m·α / (ε + √v)` with `α = lr·√(1-β₂ᵗ) / (1-β₁ᵗ)`; `$0` is the
+    /// variable, `$1` m, `$8` v, the rest scalars.
+    const KERAS_ADAM_VARIABLE: &str =
+        "$0 $1 $2 $3 $4 $5 Pow Sub Sqrt Mul $3 $6 $5 Pow Sub RealDiv Mul $7 $8 Sqrt AddV2 RealDiv Sub";
+
+    #[test]
+    fn scalar_subtrees_fold_once_per_execution() {
+        let full: &[usize] = &[301, 257];
+        let shapes: [&[usize]; 9] = [full, full, &[], &[], &[], &[], &[], &[], full];
+        check(KERAS_ADAM_VARIABLE, &shapes);
+        check(KERAS_ADAM_VARIABLE, &[&[13, 17], &[13, 17], &[], &[1], &[], &[1, 1], &[], &[], &[13, 17]]);
+
+        // Fourteen scalar steps become one value; so does ε. Five steps
+        // remain per block.
+        let program = Program::parse(KERAS_ADAM_VARIABLE, 9).unwrap();
+        // lr, 1, β₂, t, β₁, ε; 0.5 for the tensors.
+        let scalars = [0.001, 1.0, 0.999, 3.0, 0.9, 1e-7];
+        let data: Vec<Vec<f32>> = shapes
+            .iter()
+            .enumerate()
+            .map(|(k, s)| vec![*scalars.get(k.wrapping_sub(2)).unwrap_or(&0.5); s.iter().product()])
+            .collect();
+        let inputs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+        let plan = Plan::new(&shapes, program.output_shape(&shapes).unwrap()).unwrap();
+        let folded = program.fold(&plan, &inputs);
+        let render = |step: &Folded| match *step {
+            Folded::Input(k) => format!("${k}"),
+            Folded::Uniform(_) => "u".to_owned(),
+            Folded::Op(step) => step.name(),
+        };
+        let rendered: Vec<String> = folded.iter().map(render).collect();
+        assert_eq!(rendered.join(" "), "$0 $1 u Mul u $8 Sqrt AddV2 RealDiv Sub");
+        let alpha = 0.001 * (1.0 - binary_scalar(BinaryOp::Pow, 0.999, 3.0)).sqrt()
+            / (1.0 - binary_scalar(BinaryOp::Pow, 0.9, 3.0));
+        assert!(matches!(folded[2], Folded::Uniform(v) if v == alpha), "{:?}", folded[2]);
+
+        // Scalars of any rank fold; a one-element output reads its inputs.
+        let program = Program::parse("$0 $1 Mul Exp $2 AddV2", 3).unwrap();
+        for (shapes, want) in
+            [([&[][..], &[1, 1], &[4]], "u $2 AddV2"), ([&[], &[1, 1], &[1]], "$0 $1 Mul Exp $2 AddV2")]
+        {
+            let plan = Plan::new(&shapes, program.output_shape(&shapes).unwrap()).unwrap();
+            let folded = program.fold(&plan, &[&[2.0], &[0.5], &[1.0; 4]]);
+            let render: Vec<String> = folded.iter().map(render).collect();
+            assert_eq!(render.join(" "), want);
+        }
     }
 
     #[test]
