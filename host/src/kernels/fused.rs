@@ -21,10 +21,11 @@
 //! L1 cache: each step reads its operands' blocks and writes one block.
 //! Operands that are the same for every element (single-element inputs, and
 //! any subtree of them, such as Adam's bias corrections) are computed once
-//! per execution, before the first block ([`Program::fold`]). An input that repeats along the
-//! output's outer dimensions (a bias) is read from a tile of its pattern;
-//! any other repeating input is gathered block by block. Large outputs are
-//! split across the compute pool as the unfused kernels are.
+//! per execution, before the first block ([`Program::fold`]). An input that
+//! repeats along the output's outer dimensions (a bias) is read from a tile
+//! of its pattern; any other repeating input is gathered block by block.
+//! Large outputs are split across the compute pool as the unfused kernels
+//! are.
 
 use smallvec::SmallVec;
 
@@ -289,7 +290,7 @@ impl Program {
             let operand = |k: usize| -> &[f32] {
                 match plan.inputs[k] {
                     Layout::Full => &inputs[k][at..at + len],
-                    Layout::Single => &inputs[k][..1],
+                    Layout::Single => unreachable!("Program::fold turns single-element inputs into values"),
                     Layout::Periodic(period) => &tiles[k][at % period..at % period + len],
                     Layout::Strided(_) => &gathered[k][..len],
                 }
@@ -380,10 +381,10 @@ fn eval<'a>(steps: &[Folded], operand: impl Fn(usize) -> &'a [f32], scratch: &mu
         let value = match *step {
             Folded::Input(k) => Value::Input(operand(k)),
             Folded::Uniform(v) => Value::Uniform(v),
-            Folded::Op(Step::Unary(op)) => {
-                let x = pop(&mut stack);
-                scratch.write(i == last, out, &[x], |buffers, dest| op.run(view(buffers, &x, len).0, dest))
-            }
+            Folded::Op(Step::Unary(op)) => match pop(&mut stack) {
+                Value::Uniform(_) => unreachable!("Program::fold computes unary steps of uniform values"),
+                x => scratch.write(i == last, out, &[x], |buffers, dest| op.run(view(buffers, &x, len).0, dest)),
+            },
             // A uniform operand is read with step 0: one element, repeated.
             Folded::Op(step) => {
                 let (y, x) = (pop(&mut stack), pop(&mut stack));
