@@ -41,7 +41,7 @@ pub const OP: &str = "_TfwasmFusedElementwise";
 /// Elements per block: 4 KiB per operand, so the handful of blocks a
 /// program holds at once stay in a 32 KiB L1 cache, while the per-block
 /// work of the interpreter (a match and a slice per step) is spread over
-/// enough elements. Against 512, Keras' Adam trees took 20–30% less time
+/// enough elements. Against 512, Keras' Adam trees took 10–30% less time
 /// per element on one thread (2048 measured the same as 1024).
 pub const BLOCK: usize = 1024;
 
