@@ -421,22 +421,20 @@ impl Deferred {
 /// kernel's own multiply-add count when it reports one, else the bytes of
 /// its inputs. Inputs it cannot read are left to `compute_kernel` to report.
 fn worth_deferring(instance: &Instance, ctx: NonNull<TF_OpKernelContext>) -> bool {
-    let Ok(status) = SpareStatus::take() else { return false };
-    let worth = {
-        let context = Context { raw: ctx, op: instance.op, status: &status };
-        match (0..context.num_inputs()).map(|index| context.input(index)).collect::<Result<Vec<Tensor>, Error>>() {
-            Err(_) => false,
-            Ok(inputs) => {
-                let shapes: Vec<&[usize]> = inputs.iter().map(Tensor::shape).collect();
-                match instance.kernel.deferral_work(&shapes) {
-                    Some(work) => work >= DEFER_MIN_WORK,
-                    None => inputs.iter().map(|input| input.bytes().len()).sum::<usize>() >= DEFER_MIN_INPUT_BYTES,
-                }
-            }
+    SpareStatus::lend(|status| {
+        let context = Context { raw: ctx, op: instance.op, status };
+        let Ok(inputs) =
+            (0..context.num_inputs()).map(|index| context.input(index)).collect::<Result<Vec<Tensor>, Error>>()
+        else {
+            return false;
+        };
+        let shapes: Vec<&[usize]> = inputs.iter().map(Tensor::shape).collect();
+        match instance.kernel.deferral_work(&shapes) {
+            Some(work) => work >= DEFER_MIN_WORK,
+            None => inputs.iter().map(|input| input.bytes().len()).sum::<usize>() >= DEFER_MIN_INPUT_BYTES,
         }
-    };
-    SpareStatus::put(status);
-    worth
+    })
+    .unwrap_or(false)
 }
 
 /// # Safety
@@ -873,21 +871,19 @@ fn with_status<T>(
     body: impl FnOnce(&OwnedStatus) -> Result<T, Error>,
     report: impl FnOnce(*mut TF_Status),
 ) -> Option<T> {
-    let status = match SpareStatus::take() {
-        Ok(status) => status,
-        Err(error) => {
-            tracing::error!("{error}; cannot report a kernel failure to TensorFlow");
-            return None;
+    let lent = SpareStatus::lend(|status| {
+        // ffi_guard writes the error (ours, TensorFlow's with its own code,
+        // or a panic) into the status.
+        let outcome = ffi_guard(status.as_ptr(), || body(status));
+        if outcome.is_none() {
+            report(status.as_ptr());
         }
-    };
-    // ffi_guard writes the error (ours, TensorFlow's with its own code, or
-    // a panic) into the status.
-    let outcome = ffi_guard(status.as_ptr(), || body(&status));
-    if outcome.is_none() {
-        report(status.as_ptr());
-    }
-    SpareStatus::put(status);
-    outcome
+        outcome
+    });
+    lent.unwrap_or_else(|error| {
+        tracing::error!("{error}; cannot report a kernel failure to TensorFlow");
+        None
+    })
 }
 
 /// One `TF_Status` per thread, kept between compute calls: creating and
@@ -913,5 +909,15 @@ impl SpareStatus {
         status.clear();
         // A thread that is exiting drops it instead.
         let _ = SPARE_STATUS.try_with(|spare| spare.set(Some(status)));
+    }
+
+    /// Runs `body` with this thread's spare status, then keeps it for the
+    /// next call. Fails only if there is no spare and TensorFlow cannot make
+    /// a status.
+    fn lend<T>(body: impl FnOnce(&OwnedStatus) -> T) -> Result<T, Error> {
+        let status = SpareStatus::take()?;
+        let outcome = body(&status);
+        SpareStatus::put(status);
+        Ok(outcome)
     }
 }
