@@ -254,52 +254,6 @@ impl Program {
         &self.steps
     }
 
-    /// Fills `out`, output elements `start..start + out.len()`, block by
-    /// block. Inputs that repeat along some dimensions (a bias, a column)
-    /// are gathered into a block of their own first, so blocks stay full
-    /// whatever the shapes.
-    fn fill(
-        &self,
-        steps: &[Folded],
-        plan: &Plan,
-        inputs: &[&[f32]],
-        tiles: &[Vec<f32>],
-        start: usize,
-        out: &mut [f32],
-    ) {
-        let block = out.len().min(BLOCK);
-        let mut scratch = Scratch::new(block);
-        let mut gathered: SmallVec<[Vec<f32>; 8]> = plan
-            .inputs
-            .iter()
-            .map(|layout| if matches!(layout, Layout::Strided(_)) { vec![0.0; block] } else { Vec::new() })
-            .collect();
-        let end = start + out.len();
-        let mut at = start;
-        while at < end {
-            let len = (end - at).min(BLOCK);
-            for ((layout, data), buffer) in plan.inputs.iter().zip(inputs).zip(&mut gathered) {
-                if let Layout::Strided(strides) = layout {
-                    plan.gather(strides, data, at, &mut buffer[..len]);
-                }
-            }
-            // Input `k`'s elements for this block, looked up only for the
-            // inputs the folded steps read (a single-element input is folded
-            // into them).
-            let gathered = &gathered;
-            let operand = |k: usize| -> &[f32] {
-                match plan.inputs[k] {
-                    Layout::Full => &inputs[k][at..at + len],
-                    Layout::Single => unreachable!("Program::fold turns single-element inputs into values"),
-                    Layout::Periodic(period) => &tiles[k][at % period..at % period + len],
-                    Layout::Strided(_) => &gathered[k][..len],
-                }
-            };
-            eval(steps, operand, &mut scratch, &mut out[at - start..at - start + len]);
-            at += len;
-        }
-    }
-
     /// This program's steps for one execution, with every value that is the
     /// same for all elements computed now: a single-element input becomes
     /// [`Folded::Uniform`], and so does any step whose operands all are
@@ -343,6 +297,44 @@ impl Program {
             stack.push((at, uniform));
         }
         folded
+    }
+}
+
+/// Fills `out`, output elements `start..start + out.len()`, with folded
+/// `steps`, block by block. Inputs that repeat along some dimensions (a
+/// bias, a column) are gathered into a block of their own first, so blocks
+/// stay full whatever the shapes.
+fn fill(steps: &[Folded], plan: &Plan, inputs: &[&[f32]], tiles: &[Vec<f32>], start: usize, out: &mut [f32]) {
+    let block = out.len().min(BLOCK);
+    let mut scratch = Scratch::new(block);
+    let mut gathered: SmallVec<[Vec<f32>; 8]> = plan
+        .inputs
+        .iter()
+        .map(|layout| if matches!(layout, Layout::Strided(_)) { vec![0.0; block] } else { Vec::new() })
+        .collect();
+    let end = start + out.len();
+    let mut at = start;
+    while at < end {
+        let len = (end - at).min(BLOCK);
+        for ((layout, data), buffer) in plan.inputs.iter().zip(inputs).zip(&mut gathered) {
+            if let Layout::Strided(strides) = layout {
+                plan.gather(strides, data, at, &mut buffer[..len]);
+            }
+        }
+        // Input `k`'s elements for this block, looked up only for the
+        // inputs the folded steps read (a single-element input is folded
+        // into them).
+        let gathered = &gathered;
+        let operand = |k: usize| -> &[f32] {
+            match plan.inputs[k] {
+                Layout::Full => &inputs[k][at..at + len],
+                Layout::Single => unreachable!("Program::fold turns single-element inputs into values"),
+                Layout::Periodic(period) => &tiles[k][at % period..at % period + len],
+                Layout::Strided(_) => &gathered[k][..len],
+            }
+        };
+        eval(steps, operand, &mut scratch, &mut out[at - start..at - start + len]);
+        at += len;
     }
 }
 
@@ -665,7 +657,7 @@ impl Kernel for FusedKernel {
         plan.check(&data, out.len())?;
         let tiles = plan.tiles(&data);
         let steps = self.program.fold(&plan, &data);
-        fill_chunked(out, |start, chunk| self.program.fill(&steps, &plan, &data, &tiles, start, chunk));
+        fill_chunked(out, |start, chunk| fill(&steps, &plan, &data, &tiles, start, chunk));
         Ok(())
     }
 }
@@ -861,8 +853,8 @@ mod tests {
         {
             let plan = Plan::new(&shapes, program.output_shape(&shapes).unwrap()).unwrap();
             let folded = program.fold(&plan, &[&[2.0], &[0.5], &[1.0; 4]]);
-            let render: Vec<String> = folded.iter().map(render).collect();
-            assert_eq!(render.join(" "), want);
+            let rendered: Vec<String> = folded.iter().map(render).collect();
+            assert_eq!(rendered.join(" "), want);
         }
     }
 
