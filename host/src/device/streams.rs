@@ -58,7 +58,13 @@ pub struct StreamQueue {
     /// ~40 µs on average for the worker that had just been woken for it).
     submitted: AtomicU64,
     completed: AtomicU64,
+    /// Wakes threads waiting for a completion ([`StreamQueue::wait_for`]).
     changed: Condvar,
+    /// Wakes the worker: a job was enqueued, or the queue is closing. Apart
+    /// from `changed` because work run inline also completes: sharing one
+    /// condvar woke the idle worker for every inline copy and marker, a
+    /// context switch and a contended `state` lock per `.numpy()`.
+    work_ready: Condvar,
     on_complete: CompletionFn,
 }
 
@@ -71,6 +77,7 @@ impl StreamQueue {
             submitted: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             changed: Condvar::new(),
+            work_ready: Condvar::new(),
             on_complete,
         });
         let weak = Arc::downgrade(&queue);
@@ -85,7 +92,7 @@ impl StreamQueue {
         self.submitted.store(seq, Ordering::Release);
         OUTSTANDING.fetch_add(1, Ordering::SeqCst);
         state.jobs.push_back(Job { seq, after, work });
-        self.changed.notify_all();
+        self.work_ready.notify_one();
     }
 
     /// Runs `work` as `seq` on the calling thread, now, if that is when the
@@ -172,6 +179,7 @@ impl StreamQueue {
         let mut state = self.state.lock();
         state.closing = true;
         self.changed.notify_all();
+        self.work_ready.notify_one();
     }
 }
 
@@ -188,7 +196,7 @@ fn run(queue: Weak<StreamQueue>) {
                     break None;
                 }
                 // Wake periodically so a dropped queue lets the thread exit.
-                if queue.changed.wait_for(&mut state, Duration::from_millis(200)).timed_out()
+                if queue.work_ready.wait_for(&mut state, Duration::from_millis(200)).timed_out()
                     && Arc::strong_count(&queue) == 1
                 {
                     break None;
