@@ -107,6 +107,29 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Dims> {
 
 impl Broadcast {
     pub fn new(a: &[usize], b: &[usize]) -> Result<Self, ShapeError> {
+        if a == b {
+            return Self::same_shape(a);
+        }
+        Self::general(a, b)
+    }
+
+    /// Two operands of one shape: one run over every element, in step. What
+    /// [`Broadcast::general`] computes for them, without its per-dimension
+    /// work (the common case of an eager op on small tensors, where that work
+    /// is a measurable part of the call).
+    fn same_shape(shape: &[usize]) -> Result<Self, ShapeError> {
+        let output_len = element_count(shape).ok_or_else(|| ShapeError::TooLarge { shape: shape.to_vec() })?;
+        let one: Dims = smallvec::smallvec![1];
+        Ok(Broadcast {
+            output_shape: Dims::from_slice(shape),
+            output_len,
+            dims: smallvec::smallvec![output_len],
+            a_strides: one.clone(),
+            b_strides: one,
+        })
+    }
+
+    fn general(a: &[usize], b: &[usize]) -> Result<Self, ShapeError> {
         let rank = a.len().max(b.len());
         // Operand dimension `i` of the output, with missing leading dims as 1.
         let dim_of = |shape: &[usize], i: usize| if i + shape.len() < rank { 1 } else { shape[i + shape.len() - rank] };
@@ -243,6 +266,16 @@ mod tests {
         assert_eq!(output(&[0, 3], &[1, 3]).unwrap(), vec![0, 3]);
         assert_eq!(output(&[1], &[0]).unwrap(), vec![0]);
         assert_eq!(output(&[1, 1, 1], &[7]).unwrap(), vec![1, 1, 7]);
+    }
+
+    #[test]
+    fn same_shapes_plan_as_the_general_path_does() {
+        for shape in [&[][..], &[1], &[7], &[1, 1], &[3, 0], &[0], &[2, 3, 5], &[1, 13, 1]] {
+            let general = Broadcast::general(shape, shape).unwrap();
+            assert_eq!(Broadcast::new(shape, shape).unwrap(), general, "shape {shape:?}");
+        }
+        let huge = [usize::MAX / 2, 3];
+        assert_eq!(Broadcast::new(&huge, &huge).unwrap_err(), Broadcast::general(&huge, &huge).unwrap_err());
     }
 
     #[test]
