@@ -75,10 +75,17 @@ pub fn other_copy_loaded() -> bool {
 /// The library's file name, as installed by the wheel.
 pub const LIBRARY_FILE: &str = "libtfwasm.so";
 
+/// A path from the environment. Set but empty counts as unset, as a shell's
+/// `TFWASM_POLICY=$MAYBE_UNSET` means: without this the empty path failed to
+/// read and the device quietly stayed away.
+fn env_path(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var).filter(|value| !value.is_empty()).map(PathBuf::from)
+}
+
 /// Where the policy comes from: `TFWASM_POLICY`, else the installed default.
 pub fn policy_path() -> Result<PathBuf, Error> {
-    if let Some(path) = std::env::var_os("TFWASM_POLICY") {
-        return Ok(PathBuf::from(path));
+    if let Some(path) = env_path("TFWASM_POLICY") {
+        return Ok(path);
     }
     install_dir()
         .map(|dir| dir.join("device.toml"))
@@ -87,7 +94,7 @@ pub fn policy_path() -> Result<PathBuf, Error> {
 
 /// `TFWASM_GUEST`, if set: replaces the policy's guest path.
 pub fn guest_override() -> Option<PathBuf> {
-    std::env::var_os("TFWASM_GUEST").map(PathBuf::from)
+    env_path("TFWASM_GUEST")
 }
 
 /// Whether the graph pass fuses elementwise ops (`TFWASM_FUSE`, default

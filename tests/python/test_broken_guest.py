@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tfwasm_support import make_policy
+from tfwasm_support import INSTALLED_PLUGIN, make_policy
 
 SCRIPT = """
 result("devices", len(tf.config.list_physical_devices("WASM")))
@@ -102,3 +102,14 @@ def test_invalid_policy(run_tf, tmp_path, text, why):
 def test_missing_policy_file(run_tf, tmp_path):
     run = run_tf(SCRIPT, env={"TFWASM_POLICY": tmp_path / "absent-policy.toml"})
     check_refused(run, "absent-policy.toml", r"cannot read|no such file|not found")
+
+
+@pytest.mark.skipif(INSTALLED_PLUGIN is None, reason="the defaults an empty variable falls back to are the wheel's")
+def test_empty_policy_and_guest_variables_mean_the_defaults(run_tf):
+    # `TFWASM_POLICY=$UNSET_VAR` in a shell script: the installed policy and
+    # guest apply, where the empty path used to fail to read.
+    run = run_tf(SCRIPT, env={"TFWASM_POLICY": "", "TFWASM_GUEST": ""})
+    assert run.returncode == 0, run.describe()
+    assert run.results().get("devices") == "1", run.describe()
+    value, _, device = run.results()["default"].partition("@")
+    assert float(value) == 2.0 and device.endswith("WASM:0"), run.describe()
