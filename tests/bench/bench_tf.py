@@ -11,7 +11,8 @@ Prints, in one run:
 (e) small-CNN train-step time (Conv2D+MaxPool ×2, Dropout, Dense; batch 64):
     medians from fresh processes that alternate between the plugin device and
     a reference process whose policy lists no device (TensorFlow's CPU kernels
-    only), both with ``jit_compile=False`` (see bench_keras.py);
+    only), both with ``jit_compile=False`` (see bench_keras.py), with each
+    pair's own ratio so the spread between pairs shows;
 (f) elementwise activations (Exp, Log, Tanh, Sigmoid, Erf, Softplus, Relu) on
     a 1M-element float32 tensor: time per op on each device and WASM ÷ CPU.
 
@@ -118,7 +119,8 @@ def activation_times(tf, devices: list[str], n: int, samples: int, per_sample: i
 
 
 def train_step_ratio(model: str, rounds: int, steps: int, device_type: str):
-    """Median train-step seconds (plugin, CPU) over ``rounds`` alternating process pairs."""
+    """Median train-step seconds (plugin, CPU) over ``rounds`` alternating
+    process pairs, and each pair's plugin ÷ CPU ratio."""
     import subprocess
     import tempfile
 
@@ -143,7 +145,8 @@ def train_step_ratio(model: str, rounds: int, steps: int, device_type: str):
                     sys.exit(f"bench_tf: the {model} worker ({kind}) failed:\n{done.stderr[-3000:]}")
                 samples[kind].append(float(values["STEP_SECONDS"]))
                 placed[kind] = values.get("WEIGHTS_ON", "?")
-    return statistics.median(samples["plugin"]), statistics.median(samples["cpu"]), placed
+    pairs = [plugin / cpu for plugin, cpu in zip(samples["plugin"], samples["cpu"])]
+    return statistics.median(samples["plugin"]), statistics.median(samples["cpu"]), placed, pairs
 
 
 def short(device_name: str) -> str:
@@ -157,7 +160,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=7, help="samples per MatMul size")
     parser.add_argument("--warmup", type=int, default=2, help="warm-up batches per MatMul size")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds the 2048 run may take, or it is skipped")
-    parser.add_argument("--train-rounds", type=int, default=3, help="process pairs per Keras model")
+    parser.add_argument("--train-rounds", type=int, default=5, help="process pairs per Keras model")
     parser.add_argument("--train-steps", type=int, default=60, help="timed train steps per process")
     parser.add_argument("--skip-keras", action="store_true", help="skip (d) and (e)")
     parser.add_argument("--activation-elements", type=int, default=1 << 20, help="tensor size for (f)")
@@ -199,11 +202,13 @@ def main() -> int:
 
     if not args.skip_keras:
         for label, model, what in (("d", "mlp", "Keras MLP 784-512-256-10, batch 128"), ("e", "cnn", "Keras small CNN, batch 64")):
-            wasm_step, cpu_step, placed = train_step_ratio(model, args.train_rounds, args.train_steps, device_type)
+            wasm_step, cpu_step, placed, pairs = train_step_ratio(model, args.train_rounds, args.train_steps, device_type)
             print(f"({label}) {what}: train-step time (jit_compile=False)")
             print(f"    {device_type:<5} {wasm_step * 1e3:8.2f} ms/step  (weights on {short(placed['plugin'])})")
             print(f"    {'CPU':<5} {cpu_step * 1e3:8.2f} ms/step  (weights on {short(placed['cpu'])})")
-            print(f"    {device_type} / CPU = {wasm_step / cpu_step:.2f}\n")
+            print(f"    {device_type} / CPU = {wasm_step / cpu_step:.2f}")
+            listed = " ".join(f"{ratio:.2f}" for ratio in pairs)
+            print(f"    each pair: {listed}  (median {statistics.median(pairs):.2f})\n")
 
     # (f) elementwise activations
     times = activation_times(tf, [plugin, cpu], args.activation_elements, args.samples, 10)
