@@ -280,9 +280,12 @@ pub const PARALLEL_MIN_ELEMENTS: usize = 32 * 1024;
 /// worth their scheduling cost.
 const MIN_CHUNK_ELEMENTS: usize = 16 * 1024;
 
-/// Chunks per worker: a few, so a worker that starts late (or is shared with
-/// another kernel) does not hold up the whole op.
-const CHUNKS_PER_THREAD: usize = 4;
+/// Chunks per worker: many, so a worker that starts late (or is shared with
+/// another kernel) does not hold up the whole op; the last chunk to finish
+/// is what the caller waits for. 16 instead of 4 took an eager 1M-element
+/// `Log` from 2164–2220 to 2027–2123 µs per op (three alternating runs on
+/// the 2-core VM); claiming a chunk is one atomic add.
+const CHUNKS_PER_THREAD: usize = 16;
 
 /// Calls `fill(start, chunk)` over consecutive chunks covering `out`
 /// (`chunk` holds output elements `start..start + chunk.len()`): inline for
