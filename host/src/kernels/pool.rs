@@ -149,6 +149,10 @@ pub fn spawn<F: FnOnce() + Send + 'static>(work: F) -> Result<(), F> {
 /// stack: a Keras MLP step's timeline showed a 20 µs `BiasAddGrad` taking
 /// 1.6 ms on the executor thread, and one product finishing only after a
 /// second, unrelated product had run inside its wait.
+///
+/// A helper that runs out of chunks stays on its worker for a while and
+/// joins the next call opened meanwhile ([`LINGER`]): a sleeping worker
+/// wakes slowly on a virtual machine.
 pub fn for_each_chunk_mut<T, F>(out: &mut [T], chunk_len: usize, work: F)
 where
     T: Send,
