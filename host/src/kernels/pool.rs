@@ -355,8 +355,10 @@ impl Drop for Closing<'_> {
     }
 }
 
-/// Pool jobs spawned through this module that have not started yet. A
-/// lingering helper gives its worker back to the pool as soon as one exists.
+/// Pool jobs spawned through this module that have not started yet, plus
+/// [`install`] calls still running (rayon splits those into jobs of its
+/// own). A lingering helper gives its worker back to the pool as soon as
+/// this is above zero.
 static QUEUED: AtomicUsize = AtomicUsize::new(0);
 
 /// Spawns `work` on `pool`, counted in [`QUEUED`] until it starts.
