@@ -67,6 +67,11 @@ pub struct DeviceSection {
     /// before a usage report.
     #[serde(default)]
     pub recycle_bytes: u64,
+    /// Back the device region with transparent huge pages where the kernel
+    /// offers them. A touched 2 MiB page is resident as a whole, so the
+    /// region's resident size grows in 2 MiB steps; `false` keeps 4 KiB pages.
+    #[serde(default = "DeviceSection::default_huge_pages")]
+    pub huge_pages: bool,
 }
 
 impl DeviceSection {
@@ -76,11 +81,19 @@ impl DeviceSection {
     fn default_memory() -> u64 {
         4 << 30
     }
+    fn default_huge_pages() -> bool {
+        true
+    }
 }
 
 impl Default for DeviceSection {
     fn default() -> Self {
-        DeviceSection { count: Self::default_count(), memory_bytes: Self::default_memory(), recycle_bytes: 0 }
+        DeviceSection {
+            count: Self::default_count(),
+            memory_bytes: Self::default_memory(),
+            recycle_bytes: 0,
+            huge_pages: Self::default_huge_pages(),
+        }
     }
 }
 
@@ -193,6 +206,7 @@ mod tests {
         assert_eq!(policy.guest.name, "reference-device");
         assert_eq!(policy.device.count, 1);
         assert!(policy.device.recycle_bytes > 0, "the shipped policy recycles freed blocks");
+        assert!(policy.device.huge_pages, "the shipped policy asks for huge pages");
         assert!(policy.guest.path.ends_with("reference_device.wasm"));
         assert!(policy.capabilities.preopens.is_empty());
         assert!(!policy.capabilities.stderr);
@@ -222,5 +236,15 @@ mod tests {
         let greedy = "[guest]\nname='x'\npath='x.wasm'\n[device]\nmemory-bytes=16777216\nrecycle-bytes=16777217\n";
         let p: Policy = toml::from_str(greedy).unwrap();
         assert!(p.validate().unwrap_err().contains("recycle-bytes"));
+    }
+
+    #[test]
+    fn huge_pages_unless_the_policy_says_otherwise() {
+        let unsaid: Policy = toml::from_str("[guest]\nname='x'\npath='x.wasm'\n").unwrap();
+        assert!(unsaid.device.huge_pages);
+        assert!(DeviceSection::default().huge_pages);
+        let off: Policy = toml::from_str("[guest]\nname='x'\npath='x.wasm'\n[device]\nhuge-pages=false\n").unwrap();
+        assert!(!off.device.huge_pages);
+        assert!(toml::from_str::<Policy>("[guest]\nname='x'\npath='x.wasm'\n[device]\nhuge-pages=2\n").is_err());
     }
 }

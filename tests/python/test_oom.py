@@ -1,4 +1,9 @@
-"""Device out-of-memory (policy device.memory-bytes = 64 MiB) is an error, and memory comes back."""
+"""Device memory under a policy: out-of-memory (device.memory-bytes = 64 MiB)
+is an error and memory comes back; the region's pages follow device.huge-pages."""
+
+from pathlib import Path
+
+import pytest
 
 from tfwasm_support import REFERENCE_GUEST_NAME, make_policy
 
@@ -133,3 +138,57 @@ def test_reference_policy_limits_are_enforced_per_device(run_tf, reference_guest
     assert 2 <= int(r["on0"]) <= 3, run.describe()
     device, _, ok = r["on1"].partition("|")
     assert device.endswith("WASM:1") and ok == "True", run.describe()
+
+
+PAGES_SCRIPT = """
+REGION = @REGION@
+
+
+def region_mapping():
+    # The device region is one mapping of exactly device.memory-bytes.
+    mapping = None
+    for line in open("/proc/self/smaps"):
+        fields = line.split()
+        if "-" in fields[0] and not fields[0].endswith(":"):
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            mapping = {"size": end - start, "start": start}
+        elif fields[0] == "VmFlags:" and mapping and mapping["size"] == REGION:
+            mapping["flags"] = fields[1:]
+            return mapping
+        elif fields[0] == "AnonHugePages:" and mapping is not None:
+            mapping["huge_kib"] = int(fields[1])
+    return None
+
+
+# Kernels over tensors that span several 2 MiB pages, at prime shapes.
+rng = np.random.default_rng(3)
+a, b = rng.standard_normal([1031, 517]).astype(np.float32), rng.standard_normal([517, 263]).astype(np.float32)
+x = rng.standard_normal(3 << 20).astype(np.float32)
+with tf.device("/device:WASM:0"):
+    product = tf.linalg.matmul(a, b)
+    exp = tf.math.exp(x)
+result("device", f"{product.device}|{exp.device}")
+result("matmul_close", bool(np.allclose(product.numpy(), a @ b, rtol=1e-4, atol=1e-3)))
+result("exp_close", bool(np.allclose(exp.numpy(), np.exp(x), rtol=1e-6)))
+mapping = region_mapping()
+result("aligned", mapping is not None and mapping["start"] % (2 << 20) == 0)
+result("advised", mapping is not None and "hg" in mapping["flags"])
+cpu_check()
+"""
+
+
+@pytest.mark.skipif(not Path("/sys/kernel/mm/transparent_hugepage/enabled").exists(), reason="kernel without transparent huge pages")
+@pytest.mark.parametrize("huge", [True, False], ids=["huge-pages", "small-pages"])
+def test_device_region_pages_follow_the_policy(run_tf, reference_guest, huge):
+    region = 72 * MIB  # a size no other mapping of the process has
+    policy = make_policy(reference_guest, device_memory=region)
+    policy["device"]["huge-pages"] = huge
+    run = run_tf(PAGES_SCRIPT.replace("@REGION@", str(region)), policy=policy)
+    assert run.returncode == 0, run.describe()
+    r = run.results()
+    assert all(d.endswith("WASM:0") for d in r["device"].split("|")), run.describe()
+    assert r["matmul_close"] == "True" and r["exp_close"] == "True", run.describe()
+    assert r["advised"] == str(huge), f"MADV_HUGEPAGE on the device region should be {huge}\n{run.describe()}"
+    if huge:
+        assert r["aligned"] == "True", f"the region should start on a 2 MiB boundary\n{run.describe()}"
+    assert r["cpu"].startswith("2.0@"), run.describe()

@@ -49,17 +49,41 @@ unsafe impl Sync for DeviceArena {}
 /// 2048² MatMul lost ~15% to page faults on its 16 MiB output).
 pub const DISCARD_MIN_BYTES: u64 = 256 << 20;
 
+/// Size of a transparent huge page on x86-64 and most aarch64 kernels; the
+/// region starts on such a boundary when it asks for huge pages.
+pub const HUGE_PAGE: u64 = 2 << 20;
+
+/// How the region's pages are backed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pages {
+    /// 4 KiB pages only.
+    Small,
+    /// Asks the kernel for transparent huge pages (`MADV_HUGEPAGE`) where it
+    /// offers them (`/sys/kernel/mm/transparent_hugepage/enabled` not
+    /// `never`). Kernels compute over whole tensors, and 2 MiB pages cut the
+    /// TLB misses of streaming through them: a 2048² MatMul ran 2.6% faster
+    /// and 1M-element activations 3–8% faster on the development VM.
+    Huge,
+}
+
 impl DeviceArena {
     /// Reserves `len` bytes of address space. Pages are committed lazily by
     /// the kernel on first touch, so a large region costs nothing until used.
-    pub fn new(len: u64) -> std::io::Result<DeviceArena> {
+    /// With [`Pages::Huge`] the region starts on a [`HUGE_PAGE`] boundary,
+    /// so the guest's offsets line up with the kernel's huge pages.
+    pub fn new(len: u64, pages: Pages) -> std::io::Result<DeviceArena> {
         let size = usize::try_from(len).map_err(|_| std::io::Error::other("region too large"))?;
+        let slack = match pages {
+            Pages::Small => 0,
+            Pages::Huge => HUGE_PAGE as usize,
+        };
+        let reserved = size.checked_add(slack).ok_or_else(|| std::io::Error::other("region too large"))?;
         // SAFETY: an anonymous private mapping with no address hint; the
         // result is checked for MAP_FAILED before use.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                size,
+                reserved,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
@@ -69,7 +93,34 @@ impl DeviceArena {
         if ptr == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| std::io::Error::other("mmap returned null"))?;
+        let start = ptr as usize;
+        let aligned = match pages {
+            Pages::Small => start,
+            Pages::Huge => start.next_multiple_of(slack),
+        };
+        // SAFETY: [start, aligned) and [aligned + size, start + reserved) are
+        // the unused ends of the mapping just made (together `slack` bytes,
+        // page-aligned since both `start` and `slack` are), so unmapping them
+        // leaves exactly [aligned, aligned + size), which `Drop` unmaps.
+        unsafe {
+            if aligned > start {
+                libc::munmap(ptr, aligned - start);
+            }
+            let tail = start + reserved - (aligned + size);
+            if tail > 0 {
+                libc::munmap((aligned + size) as *mut libc::c_void, tail);
+            }
+        }
+        if pages == Pages::Huge {
+            // SAFETY: advice on the mapping just made; it changes how pages
+            // are backed, never their contents. A kernel without transparent
+            // huge pages refuses (EINVAL) and the region keeps small pages.
+            let refused = unsafe { libc::madvise(aligned as *mut libc::c_void, size, libc::MADV_HUGEPAGE) } != 0;
+            if refused {
+                tracing::debug!("device memory keeps 4 KiB pages: {}", std::io::Error::last_os_error());
+            }
+        }
+        let base = NonNull::new(aligned as *mut u8).ok_or_else(|| std::io::Error::other("mmap returned null"))?;
         Ok(DeviceArena { base, len, live: Mutex::new(BTreeMap::new()) })
     }
 
@@ -189,7 +240,7 @@ mod tests {
 
     #[test]
     fn commits_and_rejects() {
-        let arena = DeviceArena::new(1 << 20).unwrap();
+        let arena = DeviceArena::new(1 << 20, Pages::Small).unwrap();
         let p = arena.commit(0, 128).unwrap();
         assert_eq!(p, arena.base());
         assert!(matches!(arena.commit(64, 64), Err(PlacementError::Overlap { live_offset: 0, .. })));
@@ -211,7 +262,7 @@ mod tests {
 
     #[test]
     fn region_is_host_addressable_and_zeroed() {
-        let arena = DeviceArena::new(8 << 20).unwrap();
+        let arena = DeviceArena::new(8 << 20, Pages::Small).unwrap();
         let p = arena.commit(2 << 20, 2 << 20).unwrap();
         // SAFETY: p..p+2MiB was just committed inside the region.
         unsafe {
@@ -222,5 +273,44 @@ mod tests {
         assert!(arena.contains(p, 2 << 20));
         assert!(!arena.contains(p, (6 << 20) + 1));
         arena.release(p).unwrap();
+    }
+
+    /// The `VmFlags` of the mapping that holds `addr`, from `/proc/self/smaps`.
+    fn vm_flags(addr: *mut u8) -> Option<String> {
+        let addr = addr as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let holds = |line: &str| {
+            let range = line.split_whitespace().next()?;
+            let (start, end) = range.split_once('-')?;
+            let (start, end) = (usize::from_str_radix(start, 16).ok()?, usize::from_str_radix(end, 16).ok()?);
+            (start..end).contains(&addr).then_some(())
+        };
+        let mut lines = smaps.lines().skip_while(|line| holds(line).is_none());
+        lines.next()?;
+        lines.find_map(|line| line.strip_prefix("VmFlags:")).map(str::to_owned)
+    }
+
+    #[test]
+    fn huge_page_region_is_aligned_usable_and_advised() {
+        let len = (5 << 20) + 4096;
+        let arena = DeviceArena::new(len, Pages::Huge).unwrap();
+        assert_eq!(arena.base() as u64 % HUGE_PAGE, 0, "region starts on a huge-page boundary");
+        assert_eq!(arena.len(), len);
+        let p = arena.commit(len - 4096, 4096).unwrap();
+        // SAFETY: the region's last page was just committed.
+        unsafe {
+            std::ptr::write_bytes(p, 9, 4096);
+            assert_eq!(*arena.base(), 0);
+            assert_eq!(*p.add(4095), 9);
+        }
+        // `hg` is the kernel's mark of MADV_HUGEPAGE; kernels built without
+        // transparent huge pages have no sysfs entry and refuse the advice.
+        if std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
+            let flags = vm_flags(arena.base()).expect("the region is listed in /proc/self/smaps");
+            assert!(flags.split_whitespace().any(|f| f == "hg"), "VmFlags:{flags}");
+            let small = DeviceArena::new(len, Pages::Small).unwrap();
+            let flags = vm_flags(small.base()).expect("the region is listed in /proc/self/smaps");
+            assert!(!flags.split_whitespace().any(|f| f == "hg"), "VmFlags:{flags}");
+        }
     }
 }

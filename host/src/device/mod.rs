@@ -32,7 +32,7 @@ use crate::policy::Policy;
 use crate::sandbox::{
     DeviceConfig, DeviceError, DeviceInfo, EventStatus, GuestInstance, GuestProgram, Ticket, Usage, WorkKind,
 };
-pub use arena::{DeviceArena, ALIGNMENT};
+pub use arena::{DeviceArena, Pages, ALIGNMENT};
 pub use streams::{SendPtr, StreamQueue, WorkFn};
 
 /// How many times a device replaces a faulty guest instance before giving up.
@@ -176,7 +176,8 @@ impl Device {
             pci_bus_id: c_string(&info.pci_bus_id),
             info,
         };
-        let arena = DeviceArena::new(policy.device.memory_bytes).map_err(|e| {
+        let pages = if policy.device.huge_pages { Pages::Huge } else { Pages::Small };
+        let arena = DeviceArena::new(policy.device.memory_bytes, pages).map_err(|e| {
             Error::Config(format!("{name}: cannot reserve {} bytes of device memory: {e}", policy.device.memory_bytes))
         })?;
         Ok(Arc::new(Device {
