@@ -12,7 +12,9 @@ Prints, in one run:
     medians from fresh processes that alternate between the plugin device and
     a reference process whose policy lists no device (TensorFlow's CPU kernels
     only), both with ``jit_compile=False`` (see bench_keras.py), with each
-    pair's own ratio so the spread between pairs shows;
+    pair's own ratio so the spread between pairs shows; which of the two
+    runs first alternates from pair to pair, so neither always gets the
+    fresher machine;
 (f) elementwise activations (Exp, Log, Tanh, Sigmoid, Erf, Softplus, Relu) on
     a 1M-element float32 tensor: time per op on each device and WASM ÷ CPU.
 
@@ -120,7 +122,8 @@ def activation_times(tf, devices: list[str], n: int, samples: int, per_sample: i
 
 def train_step_ratio(model: str, rounds: int, steps: int, device_type: str):
     """Median train-step seconds (plugin, CPU) over ``rounds`` alternating
-    process pairs, and each pair's plugin ÷ CPU ratio."""
+    process pairs, and each pair's plugin ÷ CPU ratio. Even pairs start with
+    the plugin, odd ones with the CPU (ABBA order)."""
     import subprocess
     import tempfile
 
@@ -132,8 +135,9 @@ def train_step_ratio(model: str, rounds: int, steps: int, device_type: str):
         no_device.write_text(toml_dumps(make_policy(reference_guest_path(), count=0)), encoding="utf-8")
         samples = {"plugin": [], "cpu": []}
         placed = {}
-        for _ in range(rounds):
-            for kind, policy in (("plugin", None), ("cpu", no_device)):
+        for index in range(rounds):
+            order = [("plugin", None), ("cpu", no_device)]
+            for kind, policy in order if index % 2 == 0 else order[::-1]:
                 env = subprocess_env(policy_path=policy)
                 env["TF_CPP_MIN_LOG_LEVEL"] = "2"
                 done = subprocess.run(
