@@ -275,8 +275,9 @@ mod tests {
         arena.release(p).unwrap();
     }
 
-    /// The `VmFlags` of the mapping that holds `addr`, from `/proc/self/smaps`.
-    fn vm_flags(addr: *mut u8) -> Option<String> {
+    /// Field `key` (`"VmFlags:"`, `"Rss:"`, ...) of the mapping that holds
+    /// `addr`, from `/proc/self/smaps`.
+    fn smaps_field(addr: *mut u8, key: &str) -> Option<String> {
         let addr = addr as usize;
         let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
         let holds = |line: &str| {
@@ -287,7 +288,34 @@ mod tests {
         };
         let mut lines = smaps.lines().skip_while(|line| holds(line).is_none());
         lines.next()?;
-        lines.find_map(|line| line.strip_prefix("VmFlags:")).map(str::to_owned)
+        lines.find_map(|line| line.strip_prefix(key)).map(|value| value.trim().to_owned())
+    }
+
+    fn vm_flags(addr: *mut u8) -> Option<String> {
+        smaps_field(addr, "VmFlags:")
+    }
+
+    /// Resident KiB of the mapping that holds `addr`.
+    fn resident_kib(addr: *mut u8) -> u64 {
+        let rss = smaps_field(addr, "Rss:").expect("the region is listed in /proc/self/smaps");
+        rss.trim_end_matches("kB").trim().parse().expect("Rss in kB")
+    }
+
+    #[test]
+    fn released_large_blocks_give_their_pages_back() {
+        for pages in [Pages::Small, Pages::Huge] {
+            let block = DISCARD_MIN_BYTES;
+            let arena = DeviceArena::new(block + (4 << 20), pages).unwrap();
+            // An odd offset, so the discarded range starts inside a huge page.
+            let p = arena.commit(64 << 10, block).unwrap();
+            // SAFETY: [p, p + block) was just committed inside the region.
+            unsafe { std::ptr::write_bytes(p, 1, block as usize) };
+            let touched = resident_kib(arena.base());
+            assert!(touched >= block / 1024, "{pages:?}: {touched} KiB resident after touching {block} bytes");
+            arena.release(p).unwrap();
+            let left = resident_kib(arena.base());
+            assert!(left <= 4 << 10, "{pages:?}: {left} KiB still resident after the release");
+        }
     }
 
     #[test]
