@@ -26,7 +26,9 @@
 
 use super::binary::{check_len, fill_chunked};
 use super::shape::ShapeDisplay;
-use super::vmath::{erf_f32, exp_f32, in_wide_lanes, ln_1p_f32, ln_f32, sigmoid_f32, tanh_f32};
+use super::vmath::{
+    erf_f32, exp_f32, in_wide_lanes, is_normal_positive, ln_1p_f32, ln_f32, ln_normal_f32, sigmoid_f32, tanh_f32,
+};
 use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, TfBool};
 use crate::error::Error;
 
@@ -141,6 +143,41 @@ where
     });
 }
 
+/// Elements [`map_plain_or_full`] checks at a time: a block whose inputs
+/// are all plain takes the fast function.
+const PLAIN_BLOCK: usize = 256;
+
+/// `map(x, out, full)`, but `plain` computes every block of
+/// [`PLAIN_BLOCK`] elements whose inputs all satisfy `is_plain`: a fast
+/// function for the inputs that need no special case (it must agree with
+/// `full` on them). The check is one vectorised pass over the block.
+fn map_plain_or_full<P, F, C>(x: &[f32], out: &mut [f32], plain: P, full: F, is_plain: C)
+where
+    P: Fn(f32) -> f32 + Copy + Send + Sync,
+    F: Fn(f32) -> f32 + Copy + Send + Sync,
+    C: Fn(f32) -> bool + Copy + Send + Sync,
+{
+    fill_chunked(out, |start, chunk| {
+        let x = &x[start..start + chunk.len()];
+        in_wide_lanes(
+            #[inline(always)]
+            || {
+                for (out, x) in chunk.chunks_mut(PLAIN_BLOCK).zip(x.chunks(PLAIN_BLOCK)) {
+                    if x.iter().fold(true, |all, &v| all & is_plain(v)) {
+                        for (o, &v) in out.iter_mut().zip(x) {
+                            *o = plain(v);
+                        }
+                    } else {
+                        for (o, &v) in out.iter_mut().zip(x) {
+                            *o = full(v);
+                        }
+                    }
+                }
+            },
+        );
+    });
+}
+
 /// `out[i] = f(a[i], b[i])`, inline or across the pool.
 fn map2<F>(a: &[f32], b: &[f32], out: &mut [f32], f: F)
 where
@@ -230,7 +267,7 @@ impl UnaryOp {
             UnaryOp::Neg => map(x, out, |v: f32| -v),
             UnaryOp::Abs => map(x, out, f32::abs),
             UnaryOp::Exp => map(x, out, exp_f32),
-            UnaryOp::Log => map(x, out, ln_f32),
+            UnaryOp::Log => map_plain_or_full(x, out, ln_normal_f32, ln_f32, is_normal_positive),
             UnaryOp::Log1p => map(x, out, ln_1p_f32),
             UnaryOp::Sqrt => map(x, out, f32::sqrt),
             UnaryOp::Rsqrt => map(x, out, |v: f32| 1.0 / v.sqrt()),
@@ -703,6 +740,29 @@ mod tests {
         let kernel = UnaryKernel { op, name: "test" };
         let out = LocalContext::run(&kernel, vec![Tensor::from_vec(shape, x).unwrap()], &[DType::F32]).unwrap();
         out.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn log_blocks_with_and_without_special_inputs_agree_with_ln() {
+        // Blocks of PLAIN_BLOCK: all plain, one special at each end of a
+        // block, every special value, a partial last block. Large enough for
+        // the compute pool, so chunks start mid-block too.
+        let len = 200 * PLAIN_BLOCK + 37;
+        let mut x: Vec<f32> = values(len, 5, 50.0).iter().map(|v| v.abs() + 1e-3).collect();
+        let specials = [0.0, -0.0, f32::MIN_POSITIVE / 4.0, -2.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+        for (i, &special) in specials.iter().enumerate() {
+            x[(3 + 2 * i) * PLAIN_BLOCK] = special;
+            x[(4 + 2 * i) * PLAIN_BLOCK - 1] = special;
+        }
+        x[len - 1] = 0.0;
+        let out = run_unary(UnaryOp::Log, &[len], x.clone()).to_vec::<f32>().unwrap();
+        for (i, (&v, &got)) in x.iter().zip(&out).enumerate() {
+            let want = ln_f32(v);
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "Log(x[{i}] = {v:e}) = {got}, want {want}"
+            );
+        }
     }
 
     #[test]
