@@ -134,13 +134,18 @@ where
         let x = &x[start..start + chunk.len()];
         in_wide_lanes(
             #[inline(always)]
-            || {
-                for (o, &v) in chunk.iter_mut().zip(x) {
-                    *o = f(v);
-                }
-            },
+            || apply(x, chunk, f),
         );
     });
+}
+
+/// `out[i] = f(x[i])` over two slices of one length, as one loop the
+/// compiler vectorises.
+#[inline(always)]
+fn apply<I: Copy, O, F: Fn(I) -> O>(x: &[I], out: &mut [O], f: F) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = f(v);
+    }
 }
 
 /// Elements [`map_plain_or_full`] checks at a time: a block whose inputs
@@ -164,13 +169,9 @@ where
             || {
                 for (out, x) in chunk.chunks_mut(PLAIN_BLOCK).zip(x.chunks(PLAIN_BLOCK)) {
                     if x.iter().fold(true, |all, &v| all & is_plain(v)) {
-                        for (o, &v) in out.iter_mut().zip(x) {
-                            *o = plain(v);
-                        }
+                        apply(x, out, plain);
                     } else {
-                        for (o, &v) in out.iter_mut().zip(x) {
-                            *o = full(v);
-                        }
+                        apply(x, out, full);
                     }
                 }
             },
