@@ -27,7 +27,8 @@
 use super::binary::{check_len, fill_chunked};
 use super::shape::ShapeDisplay;
 use super::vmath::{
-    erf_f32, exp_f32, in_wide_lanes, is_normal_positive, ln_1p_f32, ln_f32, ln_normal_f32, sigmoid_f32, tanh_f32,
+    erf_f32, exp_f32, exp_in_range_f32, in_wide_lanes, is_exp_in_range, is_normal_positive, ln_1p_f32, ln_f32,
+    ln_normal_f32, sigmoid_f32, tanh_f32,
 };
 use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, TfBool};
 use crate::error::Error;
@@ -267,7 +268,7 @@ impl UnaryOp {
         match self {
             UnaryOp::Neg => map(x, out, |v: f32| -v),
             UnaryOp::Abs => map(x, out, f32::abs),
-            UnaryOp::Exp => map(x, out, exp_f32),
+            UnaryOp::Exp => map_plain_or_full(x, out, exp_in_range_f32, exp_f32, is_exp_in_range),
             UnaryOp::Log => map_plain_or_full(x, out, ln_normal_f32, ln_f32, is_normal_positive),
             UnaryOp::Log1p => map(x, out, ln_1p_f32),
             UnaryOp::Sqrt => map(x, out, f32::sqrt),
@@ -743,27 +744,42 @@ mod tests {
         out.into_iter().next().unwrap()
     }
 
-    #[test]
-    fn log_blocks_with_and_without_special_inputs_agree_with_ln() {
-        // Blocks of PLAIN_BLOCK: all plain, one special at each end of a
-        // block, every special value, a partial last block. Large enough for
-        // the compute pool, so chunks start mid-block too.
-        let len = 200 * PLAIN_BLOCK + 37;
-        let mut x: Vec<f32> = values(len, 5, 50.0).iter().map(|v| v.abs() + 1e-3).collect();
-        let specials = [0.0, -0.0, f32::MIN_POSITIVE / 4.0, -2.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+    /// Runs `op` on `base` with each of `specials` at both ends of a
+    /// [`PLAIN_BLOCK`] block, in a tensor large enough for the compute pool
+    /// (so chunks start mid-block too), and checks every element against
+    /// `f` bit for bit.
+    fn check_blocks_with_specials(op: UnaryOp, base: Vec<f32>, specials: &[f32], f: fn(f32) -> f32) {
+        let mut x = base;
+        let len = x.len();
+        assert!(len > (4 + 2 * specials.len()) * PLAIN_BLOCK);
         for (i, &special) in specials.iter().enumerate() {
             x[(3 + 2 * i) * PLAIN_BLOCK] = special;
             x[(4 + 2 * i) * PLAIN_BLOCK - 1] = special;
         }
-        x[len - 1] = 0.0;
-        let out = run_unary(UnaryOp::Log, &[len], x.clone()).to_vec::<f32>().unwrap();
+        x[len - 1] = specials[0];
+        let out = run_unary(op, &[len], x.clone()).to_vec::<f32>().unwrap();
         for (i, (&v, &got)) in x.iter().zip(&out).enumerate() {
-            let want = ln_f32(v);
+            let want = f(v);
             assert!(
                 got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
-                "Log(x[{i}] = {v:e}) = {got}, want {want}"
+                "{op:?}(x[{i}] = {v:e}) = {got}, want {want}"
             );
         }
+    }
+
+    #[test]
+    fn log_blocks_with_and_without_special_inputs_agree_with_ln() {
+        let len = 200 * PLAIN_BLOCK + 37;
+        let base = values(len, 5, 50.0).iter().map(|v| v.abs() + 1e-3).collect();
+        let specials = [0.0, -0.0, f32::MIN_POSITIVE / 4.0, -2.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+        check_blocks_with_specials(UnaryOp::Log, base, &specials, ln_f32);
+    }
+
+    #[test]
+    fn exp_blocks_with_and_without_out_of_range_inputs_agree_with_exp() {
+        let len = 200 * PLAIN_BLOCK + 37;
+        let specials = [100.0, -100.0, 88.8, -87.4, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+        check_blocks_with_specials(UnaryOp::Exp, values(len, 6, 80.0), &specials, exp_f32);
     }
 
     #[test]

@@ -45,14 +45,42 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 /// give +inf; NaN stays NaN.
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
-    const HI: f32 = 88.722_83;
-    const LO: f32 = -87.336_55;
+    let v = exp_core(x.clamp(EXP_LO, EXP_HI));
+    if x < EXP_LO {
+        0.0
+    } else if x > EXP_HI {
+        f32::INFINITY
+    } else {
+        v
+    }
+}
+
+/// Below this, `e^x` flushes to 0 (`ln(2^-126)`).
+const EXP_LO: f32 = -87.336_55;
+/// Above this, `e^x` is +inf (`ln(f32::MAX)`).
+const EXP_HI: f32 = 88.722_83;
+
+/// [`exp_f32`] of an `x` in its finite range ([`is_exp_in_range`]), without
+/// the clamp and selects the other inputs need: the same result, bit for bit.
+#[inline(always)]
+pub fn exp_in_range_f32(x: f32) -> f32 {
+    exp_core(x)
+}
+
+/// Whether `x` is one of the inputs [`exp_in_range_f32`] takes.
+#[inline(always)]
+pub fn is_exp_in_range(x: f32) -> bool {
+    (EXP_LO..=EXP_HI).contains(&x)
+}
+
+/// `e^x` for `x` in `[EXP_LO, EXP_HI]`.
+#[inline(always)]
+fn exp_core(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23
-    let xc = x.clamp(LO, HI);
-    let shifted = xc.mul_add(LOG2E, ROUND);
+    let shifted = x.mul_add(LOG2E, ROUND);
     let n = shifted - ROUND;
-    let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, xc));
+    let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, x));
     let r2 = r * r;
     // Estrin's scheme: three independent pairs joined by powers of r², a
     // shorter dependency chain than Horner's (the loop is latency-bound).
@@ -70,14 +98,7 @@ pub fn exp_f32(x: f32) -> f32 {
     let half = ni >> 1;
     let scale_a = f32::from_bits(((half + 127) as u32) << 23);
     let scale_b = f32::from_bits(((ni - half + 127) as u32) << 23);
-    let v = y * scale_a * scale_b;
-    if x < LO {
-        0.0
-    } else if x > HI {
-        f32::INFINITY
-    } else {
-        v
-    }
+    y * scale_a * scale_b
 }
 
 /// `ln(x)` for f32: `x = 2^e·m` with `m` in `[√½, √2)`, `ln(m)` as
@@ -392,6 +413,24 @@ mod tests {
         let subnormal = f32::MIN_POSITIVE / 2.0;
         for x in [0.0, -0.0, subnormal, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
             assert!(!is_normal_positive(x), "{x:e} must take the full ln");
+        }
+    }
+
+    #[test]
+    fn exp_in_range_is_exp_bit_for_bit_on_the_inputs_it_takes() {
+        let steps = 2_000_000;
+        for i in 0..=steps {
+            let x = EXP_LO + (EXP_HI - EXP_LO) * (i as f32 / steps as f32);
+            let x = x.clamp(EXP_LO, EXP_HI);
+            assert!(is_exp_in_range(x), "{x:e}");
+            assert_eq!(exp_in_range_f32(x).to_bits(), exp_f32(x).to_bits(), "exp({x:e})");
+        }
+        for x in [EXP_LO, EXP_HI, 0.0, -0.0, 1.0, -1.0] {
+            assert!(is_exp_in_range(x), "{x:e}");
+            assert_eq!(exp_in_range_f32(x).to_bits(), exp_f32(x).to_bits(), "exp({x:e})");
+        }
+        for x in [EXP_LO.next_down(), EXP_HI.next_up(), f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+            assert!(!is_exp_in_range(x), "{x:e} must take the full exp");
         }
     }
 
