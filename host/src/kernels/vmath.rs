@@ -45,7 +45,7 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 /// give +inf; NaN stays NaN.
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
-    let v = exp_core(x.clamp(EXP_LO, EXP_HI));
+    let v = exp_in_range_f32(x.clamp(EXP_LO, EXP_HI));
     if x < EXP_LO {
         0.0
     } else if x > EXP_HI {
@@ -60,22 +60,17 @@ const EXP_LO: f32 = -87.336_55;
 /// Above this, `e^x` is +inf (`ln(f32::MAX)`).
 const EXP_HI: f32 = 88.722_83;
 
-/// [`exp_f32`] of an `x` in its finite range ([`is_exp_in_range`]), without
-/// the clamp and selects the other inputs need: the same result, bit for bit.
-#[inline(always)]
-pub fn exp_in_range_f32(x: f32) -> f32 {
-    exp_core(x)
-}
-
 /// Whether `x` is one of the inputs [`exp_in_range_f32`] takes.
 #[inline(always)]
 pub fn is_exp_in_range(x: f32) -> bool {
     (EXP_LO..=EXP_HI).contains(&x)
 }
 
-/// `e^x` for `x` in `[EXP_LO, EXP_HI]`.
+/// [`exp_f32`] of an `x` in its finite range, `[EXP_LO, EXP_HI]`
+/// ([`is_exp_in_range`]), without the clamp and selects the other inputs
+/// need: the same result, bit for bit.
 #[inline(always)]
-fn exp_core(x: f32) -> f32 {
+pub fn exp_in_range_f32(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23
     let shifted = x.mul_add(LOG2E, ROUND);
