@@ -155,8 +155,6 @@ def region_mapping():
         elif fields[0] == "VmFlags:" and mapping and mapping["size"] == REGION:
             mapping["flags"] = fields[1:]
             return mapping
-        elif fields[0] == "AnonHugePages:" and mapping is not None:
-            mapping["huge_kib"] = int(fields[1])
     return None
 
 
