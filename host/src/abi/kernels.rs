@@ -32,9 +32,7 @@ use super::ffi::status::{TF_Code, TF_DeleteStatus, TF_GetCode, TF_Message, TF_Ne
 use super::{ffi_guard, ffi_guard_or};
 use crate::error::Error;
 use crate::kernels::shape::{element_count, Dims, ShapeDisplay};
-use crate::kernels::{
-    fused, pool, Attrs, DType, Kernel, KernelDef, OpContext, Owner, Tensor, DEFER_MIN_INPUT_BYTES, DEFER_MIN_WORK,
-};
+use crate::kernels::{fused, pool, Attrs, DType, Kernel, KernelDef, OpContext, Owner, Tensor, DEFER_MIN_INPUT_BYTES};
 use smallvec::SmallVec;
 
 /// The registry, fixed for the process: `create_nth::<I>` builds entry `I`.
@@ -343,16 +341,16 @@ unsafe extern "C" fn compute_kernel(kernel: *mut c_void, ctx: *mut TF_OpKernelCo
 /// and runs on the compute pool, and the executor thread goes on with other
 /// ready nodes meanwhile: TensorFlow runs a pluggable device's synchronous
 /// kernels one after another on the thread that reached them, so without
-/// this, independent products (a layer's weight and input gradients, the
-/// next layer's forward) never overlap each other or TensorFlow's own
-/// per-node work. Smaller executions, executions reached from a pool
-/// worker (an executor running inline inside another kernel's `done`) and
-/// platforms where `done` cannot be moved finish here, before returning.
+/// this, independent convolutions (a layer's filter and input gradients)
+/// never overlap each other or TensorFlow's own per-node work. Smaller
+/// executions, executions reached from a pool worker (an executor running
+/// inline inside another kernel's `done`) and platforms where `done` cannot
+/// be moved finish here, before returning.
 ///
 /// Inputs and outputs stay valid until `done` runs: an asynchronous
 /// kernel's context holds its input tensors until then, so TensorFlow's
 /// host-side variable updates (`AssignSubVariableOp`, ...) see a reader and
-/// copy instead of updating a weight a deferred product still reads.
+/// copy instead of updating a weight a deferred convolution still reads.
 ///
 /// # Safety
 /// As [`compute_kernel`]; `done` is TensorFlow's callback for this execution.
@@ -417,22 +415,20 @@ impl Deferred {
     }
 }
 
-/// Whether this execution does enough work to repay a pool hand-off: the
-/// kernel's own multiply-add count when it reports one, else the bytes of
-/// its inputs. Inputs it cannot read are left to `compute_kernel` to report.
+/// Whether this execution does enough work to repay a pool hand-off, by
+/// the bytes of its inputs. Inputs it cannot read are left to
+/// `compute_kernel` to report.
 fn worth_deferring(instance: &Instance, ctx: NonNull<TF_OpKernelContext>) -> bool {
     SpareStatus::lend(|status| {
         let context = Context { raw: ctx, op: instance.op, status };
-        let Ok(inputs) =
-            (0..context.num_inputs()).map(|index| context.input(index)).collect::<Result<Vec<Tensor>, Error>>()
-        else {
-            return false;
-        };
-        let shapes: Vec<&[usize]> = inputs.iter().map(Tensor::shape).collect();
-        match instance.kernel.deferral_work(&shapes) {
-            Some(work) => work >= DEFER_MIN_WORK,
-            None => inputs.iter().map(|input| input.bytes().len()).sum::<usize>() >= DEFER_MIN_INPUT_BYTES,
+        let mut bytes = 0;
+        for index in 0..context.num_inputs() {
+            match context.input(index) {
+                Ok(input) => bytes += input.bytes().len(),
+                Err(_) => return false,
+            }
         }
+        bytes >= DEFER_MIN_INPUT_BYTES
     })
     .unwrap_or(false)
 }

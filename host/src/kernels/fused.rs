@@ -52,15 +52,11 @@ pub const MAX_DEPTH: usize = 16;
 /// Most steps in a program.
 pub const MAX_STEPS: usize = 256;
 
-/// Deferrable like a product: an execution with at least
-/// [`super::DEFER_MIN_INPUT_BYTES`] of inputs finishes on the compute pool,
-/// so the executor thread goes on to the next ready node. TensorFlow runs a
-/// pluggable device's synchronous kernels one after another on the thread
-/// that reached them; deferred, Adam's updates of different variables run
-/// side by side. (Keras MLP step, in-process A/B: 6.41 against 6.58 ms and
-/// 6.50 against 6.68 ms; small CNN 7.52 against 7.62 ms.)
-pub const KERNELS: &[KernelDef] =
-    &[KernelDef::new(OP, types::T_F32, |attrs| Ok(Box::new(FusedKernel::new(attrs)?))).deferrable()];
+/// Synchronous, like the products: an asynchronous registration let a large
+/// fused node finish on the compute pool while the executor went on, but it
+/// made TensorFlow hand every node after every fused node to its inter-op
+/// pool (`docs/architecture.md`, "deferred").
+pub const KERNELS: &[KernelDef] = &[KernelDef::new(OP, types::T_F32, |attrs| Ok(Box::new(FusedKernel::new(attrs)?)))];
 
 /// One step of a program.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -16,8 +16,8 @@ use super::{expect_inputs, types, Attrs, Kernel, KernelDef, OpContext};
 use crate::error::Error;
 
 pub const KERNELS: &[KernelDef] = &[
-    KernelDef::new("MatMul", types::T_F32, build_matmul).deferrable(),
-    KernelDef::new("BatchMatMulV2", types::T_F32, build_batch_matmul).deferrable(),
+    KernelDef::new("MatMul", types::T_F32, build_matmul),
+    KernelDef::new("BatchMatMulV2", types::T_F32, build_batch_matmul),
     KernelDef::new("BiasAdd", types::T_F32, |a| {
         Ok(Box::new(BiasKernel { channels_first: channels_first(a)?, grad: false }))
     }),
@@ -39,12 +39,6 @@ impl Kernel for MatMulAttrs {
         let plan = MatMulPlan::new(*self, a.shape(), b.shape())?;
         let mut out = ctx.allocate_output(0, &plan.output_shape())?;
         plan.run(a.data()?, b.data()?, out.data_mut()?)
-    }
-
-    fn deferral_work(&self, input_shapes: &[&[usize]]) -> Option<usize> {
-        let &[a, b] = input_shapes else { return None };
-        let plan = MatMulPlan::new(*self, a, b).ok()?;
-        plan.m.checked_mul(plan.n)?.checked_mul(plan.k)
     }
 }
 
@@ -288,23 +282,6 @@ mod tests {
     }
 
     #[test]
-    fn products_report_their_multiply_adds_for_deferral() {
-        let t_a = MatMulAttrs { transpose_a: true, transpose_b: false };
-        // A layer's weight gradient: xᵀ[784,128] · dy[128,512].
-        assert_eq!(t_a.deferral_work(&[&[128, 784], &[128, 512]]), Some(784 * 128 * 512));
-        // A Dense(10) on 784 features: large operands, little work.
-        assert!(
-            MatMulAttrs::default().deferral_work(&[&[128, 784], &[784, 10]]).unwrap() < crate::kernels::DEFER_MIN_WORK
-        );
-        // Shapes the kernel will reject: no estimate (decided by bytes).
-        assert_eq!(MatMulAttrs::default().deferral_work(&[&[3, 4], &[5, 6]]), None);
-        assert_eq!(MatMulAttrs::default().deferral_work(&[&[3, 4]]), None);
-        // Batched, with a broadcast batch dimension: 3 products of 67·509·61.
-        let batch = BatchMatMulKernel { attrs: MatMulAttrs::default() };
-        assert_eq!(batch.deferral_work(&[&[3, 67, 509], &[1, 509, 61]]), Some(3 * 67 * 509 * 61));
-    }
-
-    #[test]
     fn matches_reference_on_odd_shapes() {
         for (m, k, n) in [(1, 1, 1), (7, 13, 5), (1, 13, 1), (13, 1, 7), (2, 3, 4), (31, 17, 3), (3, 64, 65)] {
             check_all_transposes(m, k, n);
@@ -405,13 +382,6 @@ impl Kernel for BatchMatMulKernel {
         let plan = BatchMatMulPlan::new(self.attrs, x.shape(), y.shape())?;
         let mut out = ctx.allocate_output(0, &plan.output_shape)?;
         plan.run(x.data()?, y.data()?, out.data_mut()?)
-    }
-
-    fn deferral_work(&self, input_shapes: &[&[usize]]) -> Option<usize> {
-        let &[x, y] = input_shapes else { return None };
-        let plan = BatchMatMulPlan::new(self.attrs, x, y).ok()?;
-        let MatMulPlan { m, n, k, .. } = plan.matrix;
-        plan.pairs.len().checked_mul(m)?.checked_mul(n)?.checked_mul(k)
     }
 }
 

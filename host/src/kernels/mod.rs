@@ -57,27 +57,14 @@ use crate::error::Error;
 /// from several threads at once) for every execution.
 pub trait Kernel: Send + Sync {
     fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error>;
-
-    /// The multiply-adds one execution on inputs of these shapes does, for a
-    /// [deferrable](KernelDef::deferrable) kernel that can tell (a product
-    /// with large operands can still be small: a Keras `Dense(10)` on 784
-    /// features). `None`: decide by input bytes alone.
-    fn deferral_work(&self, _input_shapes: &[&[usize]]) -> Option<usize> {
-        None
-    }
 }
 
 /// Inputs (in all) from which an execution of a [deferrable](KernelDef::deferrable)
 /// kernel runs on the compute pool after its compute callback returned. At
-/// 256 KiB a product has at least ~64K multiply-adds per output row block;
-/// below it the pool hand-off (a worker wake-up, ~10–30 µs on two cores)
-/// would cost more than the overlap wins.
+/// 256 KiB a convolution does ~1M multiply-adds per output row block at the
+/// least; below it the pool hand-off (a worker wake-up, ~10–30 µs on two
+/// cores) would cost more than the overlap wins.
 pub const DEFER_MIN_INPUT_BYTES: usize = 256 << 10;
-
-/// Multiply-adds from which a deferrable kernel that reports its work
-/// ([`Kernel::deferral_work`]) is deferred: ~40–80 µs on one core, a few
-/// times a pool hand-off.
-pub const DEFER_MIN_WORK: usize = 4 << 20;
 
 /// Builds a kernel for a node from its attributes.
 pub type BuildFn = fn(&dyn Attrs) -> Result<Box<dyn Kernel>, Error>;
@@ -93,14 +80,16 @@ pub struct KernelDef {
     /// Input/output argument names TensorFlow keeps in host memory (shapes,
     /// axes, sizes a kernel reads before it can allocate).
     pub host_memory: &'static [&'static str],
-    /// Whether a large execution ([`DEFER_MIN_WORK`] multiply-adds when the
-    /// kernel reports them, else [`DEFER_MIN_INPUT_BYTES`] of inputs) may
-    /// finish after TensorFlow's compute callback returned, on the compute
-    /// pool, so the executor runs other ready nodes meanwhile (see
-    /// `abi::kernels::compute_kernel_async`). For ops whose large executions
-    /// take milliseconds (products, convolutions); a cheap op would pay more
-    /// for the hand-off than it frees, and TensorFlow's eager path pays
-    /// ~1.5 µs more per call to any op registered this way.
+    /// Whether a large execution (at least [`DEFER_MIN_INPUT_BYTES`] of
+    /// inputs) may finish after TensorFlow's compute callback returned, on
+    /// the compute pool, so the executor runs other ready nodes meanwhile
+    /// (see `abi::kernels::compute_kernel_async`). Only the convolutions
+    /// are: TensorFlow dispatches every node that an asynchronous kernel
+    /// makes ready to its inter-op pool, also after an execution that
+    /// finished before returning, so registering an op this way costs a
+    /// thread hand-off per execution in a graph (and ~1.5 µs per eager
+    /// call). For products and fused elementwise nodes that cost more than
+    /// the overlap won (`docs/architecture.md`, "deferred").
     pub deferrable: bool,
     pub build: BuildFn,
 }

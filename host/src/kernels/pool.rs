@@ -142,7 +142,7 @@ pub fn spawn<F: FnOnce() + Send + 'static>(work: F) -> Result<(), F> {
 ///
 /// The caller never waits for a helper that has not started, and never runs
 /// unrelated pool jobs while it waits. Helpers are plain pool jobs: when the
-/// workers are busy with deferred kernels (a product can take milliseconds)
+/// workers are busy with deferred kernels (a convolution can take milliseconds)
 /// a helper starts late or after the caller has taken every chunk, and then
 /// does nothing. A rayon scope would instead wait for every helper job to
 /// run, and a worker waiting in a scope runs other queued jobs on its own
@@ -472,7 +472,7 @@ mod tests {
 
     #[test]
     fn the_caller_does_every_chunk_while_the_workers_are_busy() {
-        // Every worker is inside a long job (as during a deferred product):
+        // Every worker is inside a long job (as during a deferred convolution):
         // the call must finish on the calling thread alone, not wait for a
         // helper job that cannot start until the workers are free.
         if threads() < 2 {
