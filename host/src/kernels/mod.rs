@@ -60,10 +60,9 @@ pub trait Kernel: Send + Sync {
 }
 
 /// Inputs (in all) from which an execution of a [deferrable](KernelDef::deferrable)
-/// kernel runs on the compute pool after its compute callback returned. At
-/// 256 KiB a convolution does ~1M multiply-adds per output row block at the
-/// least; below it the pool hand-off (a worker wake-up, ~10–30 µs on two
-/// cores) would cost more than the overlap wins.
+/// kernel runs on the compute pool after its compute callback returned.
+/// Below it the pool hand-off (a worker wake-up, ~10–30 µs on two cores)
+/// would cost more than the overlap wins.
 pub const DEFER_MIN_INPUT_BYTES: usize = 256 << 10;
 
 /// Builds a kernel for a node from its attributes.
