@@ -97,7 +97,7 @@ result("fused_r", bool(np.array_equal(r, np.abs(s) * two + one)))
 """
 
 
-def test_deferred_products_and_convolutions_match_numpy_and_the_cpu(run_tf):
+def test_inline_products_and_deferred_convolutions_match_numpy_and_the_cpu(run_tf):
     run = run_tf(PRODUCTS, env={"TFWASM_LOG": "trace"})
     assert run.returncode == 0, run.describe()
     found = run.results()
