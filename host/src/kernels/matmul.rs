@@ -4,10 +4,12 @@
 //! strides passed to `gemm::gemm`, so no operand is ever copied.
 //!
 //! `gemm` picks a SIMD microkernel for the running CPU (AVX2/FMA, AVX-512,
-//! NEON) at run time. Products with at least [`PARALLEL_MIN_WORK`]
-//! multiply-adds run with `Parallelism::Rayon` inside our compute pool (gemm
-//! splits across the pool it is called from); smaller ones run inline with
-//! `Parallelism::None`, skipping the pool hand-off entirely.
+//! NEON) at run time. Products below [`PARALLEL_MIN_WORK`] multiply-adds
+//! run inline with `Parallelism::None`, skipping the pool entirely;
+//! mid-sized ones are cut into [`SPLIT_BLOCKS_PER_THREAD`] blocks per
+//! thread, single-threaded gemms shared between the calling thread and the
+//! pool; from [`SPLIT_MAX_WORK`] on, gemm splits the product across our
+//! pool itself (`Parallelism::Rayon`).
 
 use super::pool;
 use super::shape::{element_count, ShapeDisplay};
@@ -50,6 +52,15 @@ impl Kernel for MatMulAttrs {
 /// vs 58.0. (gemm's own threading threshold, 48·48·256 = 0.6M, was the
 /// previous value; the small products of a recurrent layer sat just above it.)
 pub const PARALLEL_MIN_WORK: usize = 64 * 128 * 192;
+
+/// Blocks per thread a mid-sized product is split into. With one block
+/// per thread, a worker that started late (or shared a CPU with the caller,
+/// see `pool`'s "One worker per CPU") left the caller to compute both
+/// blocks, or to wait out the worker's whole block; smaller blocks go to
+/// whichever thread is running. Each block packs its own share of the
+/// operands; at 8 the Keras MLP's products took 9% less time in all than
+/// with 1 (on bound workers; unbound, no change either way).
+pub const SPLIT_BLOCKS_PER_THREAD: usize = 8;
 
 /// `m·n·k` from which gemm splits a product across the pool itself (large
 /// products pack their operands once and share the packed panels, which a
@@ -190,12 +201,12 @@ impl MatMulPlan {
             multiply(block(0..m, 0..n), gemm::Parallelism::None);
         } else if work < SPLIT_MAX_WORK {
             // A mid-sized product (a Keras layer's): split the larger output
-            // dimension into one block per thread, each a single-threaded
-            // gemm, with the calling thread computing one of them. gemm's own
-            // threading would leave this thread asleep while the pool works
-            // and wake it afterwards; at these sizes the two wake-ups cost
-            // as much as a block.
-            let blocks = threads;
+            // dimension into blocks, each a single-threaded gemm, shared
+            // between the calling thread and the pool. gemm's own threading
+            // would leave this thread asleep while the pool works and wake
+            // it afterwards; at these sizes the two wake-ups cost as much as
+            // a block.
+            let blocks = threads * SPLIT_BLOCKS_PER_THREAD;
             let split = |len: usize, i: usize| {
                 // Block edges on multiples of 16 (gemm's register tile).
                 let edge = |j: usize| (len * j / blocks).next_multiple_of(16).min(len);
