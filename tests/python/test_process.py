@@ -106,3 +106,55 @@ def test_faulthandler_and_guest_traps_coexist(run_tf, hostile_guest):
     # The deliberate segfault ends the process through faulthandler.
     assert run.returncode != 0
     assert "Fatal Python error: Segmentation fault" in run.stderr, run.describe()
+
+
+# The child multiplies a Keras-layer-sized product on WASM (which starts the
+# compute pool), checks it against NumPy, then reports which CPUs each
+# compute worker may run on, read from /proc like any operator would.
+POOL_AFFINITY = """
+    import json, os
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((131, 389)).astype(np.float32)
+    b = rng.standard_normal((389, 257)).astype(np.float32)
+    with tf.device("/device:WASM:0"):
+        product = tf.matmul(a, b)
+    assert product.device.endswith("WASM:0"), product.device
+    error = float(np.max(np.abs(product.numpy() - a.astype(np.float64) @ b.astype(np.float64))))
+    workers = {}
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/comm") as comm:
+            name = comm.read().strip()
+        if name.startswith("tfwasm-comput"):
+            workers[task] = sorted(os.sched_getaffinity(int(task)))
+    result("cases", json.dumps({
+        "error": error,
+        "process": sorted(os.sched_getaffinity(0)),
+        "workers": list(workers.values()),
+    }))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads thread affinity from Linux's /proc")
+@pytest.mark.parametrize("extra_threads", [0, 1])
+def test_compute_workers_are_bound_one_per_cpu_only_when_the_pool_matches_the_cpus(run_tf, extra_threads):
+    """With the default pool, one worker per CPU the process may use, each
+    worker is bound to a CPU of its own and together they cover the
+    process's CPUs; a pool sized otherwise (TFWASM_COMPUTE_THREADS) keeps
+    every CPU open to every worker. Either way the product is right."""
+    import json
+
+    allowed = sorted(os.sched_getaffinity(0))
+    threads = len(allowed) + extra_threads
+    env = {"TFWASM_COMPUTE_THREADS": str(threads) if extra_threads else None}
+    run = run_tf(POOL_AFFINITY, env=env)
+    assert run.returncode == 0, run.describe()
+    cases = json.loads(run.results()["cases"])
+    assert cases["error"] < 1e-3, cases
+    assert cases["process"] == allowed
+    workers = cases["workers"]
+    assert len(workers) == threads, cases
+    if extra_threads == 0 and threads > 1:
+        assert all(len(cpus) == 1 for cpus in workers), cases
+        assert sorted(cpu for cpus in workers for cpu in cpus) == allowed, cases
+    else:
+        assert all(cpus == allowed for cpus in workers), cases
