@@ -31,13 +31,14 @@
 //!
 //! When the pool has exactly one worker per CPU the process may run on (the
 //! default on Linux), each worker is bound to its own CPU
-//! (`worker_cpus`). On a virtual machine an idle virtual CPU is halted,
-//! and the kernel's wake-up path skips it like a busy one, so a worker woken
-//! for a product often queued behind the executor thread on *its* CPU while
-//! the other CPU idled: the first product of a Keras MLP step (128·784·512,
-//! 1.6 ms on both cores) took up to 3.8 ms, mean 2.2, and `perf` showed the
-//! other CPU halted through the slow ones. A bound worker can only run on
-//! its CPU, so waking it wakes that CPU. Since one of the workers shares the
+//! (`worker_cpus`). On the 2-core development VM a worker woken for a
+//! product often stayed queued behind the executor thread on *its* CPU
+//! while the other CPU sat idle: the first product of a Keras MLP step
+//! (128·784·512, 1.6 ms on both cores) took up to 3.8 ms, mean 2.2, and a
+//! system-wide `perf` showed the other CPU halted through the slow ones.
+//! (Why the scheduler left it idle we did not establish; an idle virtual
+//! CPU is halted, and may look preempted to the wake-up path.) A bound
+//! worker can only run on its CPU, so waking it wakes that CPU. Since one of the workers shares the
 //! caller's CPU, a call then wakes every worker ([`for_each_chunk_mut`]),
 //! and products split into several blocks per thread
 //! (`matmul::SPLIT_BLOCKS_PER_THREAD`) so that whichever thread runs takes
@@ -216,7 +217,8 @@ pub fn spawn<F: FnOnce() + Send + 'static>(work: F) -> Result<(), F> {
 ///
 /// Unlike [`install`] + a parallel iterator, the calling thread (usually a
 /// TensorFlow executor thread that would otherwise sleep until the pool is
-/// done) computes too: it starts at once, needs one worker fewer, and only
+/// done) computes too: it starts at once, needs one worker fewer (unless
+/// the workers are bound to CPUs, see the module docs), and only
 /// waits if a worker is still inside its last chunk. Chunks are handed out
 /// one at a time, so a worker that wakes late simply takes fewer. On a
 /// two-core machine this cut the voluntary context switches of a Keras MLP
