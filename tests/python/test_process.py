@@ -120,16 +120,15 @@ POOL_AFFINITY = """
         product = tf.matmul(a, b)
     assert product.device.endswith("WASM:0"), product.device
     error = float(np.max(np.abs(product.numpy() - a.astype(np.float64) @ b.astype(np.float64))))
-    workers = {}
+    workers = []
     for task in os.listdir("/proc/self/task"):
         with open(f"/proc/self/task/{task}/comm") as comm:
-            name = comm.read().strip()
-        if name.startswith("tfwasm-comput"):
-            workers[task] = sorted(os.sched_getaffinity(int(task)))
+            if comm.read().startswith("tfwasm-comput"):
+                workers.append(sorted(os.sched_getaffinity(int(task))))
     result("cases", json.dumps({
         "error": error,
         "process": sorted(os.sched_getaffinity(0)),
-        "workers": list(workers.values()),
+        "workers": workers,
     }))
 """
 

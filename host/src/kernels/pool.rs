@@ -38,9 +38,10 @@
 //! system-wide `perf` showed the other CPU halted through the slow ones.
 //! (Why the scheduler left it idle we did not establish; an idle virtual
 //! CPU is halted, and may look preempted to the wake-up path.) A bound
-//! worker can only run on its CPU, so waking it wakes that CPU. Since one of the workers shares the
-//! caller's CPU, a call then wakes every worker ([`for_each_chunk_mut`]),
-//! and products split into several blocks per thread
+//! worker can only run on its CPU, so waking it wakes that CPU. Since one
+//! of the workers shares the caller's CPU, a call then wakes every worker
+//! ([`for_each_chunk_mut`]), and products split into several blocks per
+//! thread
 //! (`matmul::SPLIT_BLOCKS_PER_THREAD`) so that whichever thread runs takes
 //! the next block. Together (neither helps alone) the MLP step went from
 //! 10.48 to 10.02 ms, median of six alternating rounds (against the CPU
@@ -48,7 +49,7 @@
 //! 10.79 ms). A pool of any other size is not bound.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -60,7 +61,22 @@ pub const THREADS_ENV: &str = "TFWASM_COMPUTE_THREADS";
 /// The compute pool, built on first use. `None` if the threads could not be
 /// spawned; work then runs on the calling thread (see [`install`]).
 fn pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    compute_pool().map(|compute| &compute.pool)
+}
+
+/// Whether the pool's workers are bound one per CPU ([`worker_cpus`]).
+fn bound() -> bool {
+    compute_pool().is_some_and(|compute| compute.bound)
+}
+
+/// The rayon pool and whether its workers are bound to CPUs.
+struct ComputePool {
+    pool: rayon::ThreadPool,
+    bound: bool,
+}
+
+fn compute_pool() -> Option<&'static ComputePool> {
+    static POOL: OnceLock<Option<ComputePool>> = OnceLock::new();
     POOL.get_or_init(|| {
         let threads = configured_threads(std::env::var(THREADS_ENV).ok().as_deref(), default_threads());
         let cpus = worker_cpus(threads, allowed_cpus());
@@ -76,9 +92,8 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
             .build()
         {
             Ok(pool) => {
-                BOUND.store(bound, Ordering::Relaxed);
                 tracing::debug!("tfwasm: compute pool with {threads} threads (bound to CPUs: {bound})");
-                Some(pool)
+                Some(ComputePool { pool, bound })
             }
             Err(error) => {
                 tracing::warn!("tfwasm: cannot start {threads} compute threads ({error}); kernels run single-threaded");
@@ -88,10 +103,6 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
     })
     .as_ref()
 }
-
-/// Whether the pool's workers are bound one per CPU ([`worker_cpus`]); set
-/// before the pool is first handed out.
-static BOUND: AtomicBool = AtomicBool::new(false);
 
 /// The CPU each worker is bound to: the CPUs the process may run on, one
 /// per worker, when there are exactly as many as workers (and more than
@@ -270,7 +281,7 @@ where
     // Bound workers: one shares the caller's CPU and cannot add to it, but
     // which one the pool wakes first is not ours to choose, so wake them all.
     let workers = pool.current_num_threads();
-    let helpers = if BOUND.load(Ordering::Relaxed) { workers.min(count) } else { (workers - 1).min(count - 1) };
+    let helpers = if bound() { workers.min(count) } else { (workers - 1).min(count - 1) };
     for _ in 0..helpers {
         let chunks = chunks.clone();
         spawn_counted(pool, move || {
@@ -677,7 +688,7 @@ mod tests {
         let Some(pool) = pool() else { return };
         let allowed = allowed_cpus().expect("the affinity mask of a Linux thread");
         let expect_bound = worker_cpus(pool.current_num_threads(), Some(allowed.clone())).is_some();
-        assert_eq!(BOUND.load(Ordering::Relaxed), expect_bound);
+        assert_eq!(bound(), expect_bound);
         let mut masks = pool.broadcast(|_| allowed_cpus().expect("a worker's affinity mask"));
         if expect_bound {
             assert!(masks.iter().all(|mask| mask.len() == 1), "{masks:?}");
