@@ -296,6 +296,27 @@ def batch_matmul_cases(tf, rng):
     return out
 
 
+EINSUM_CASES = [
+    ("ab,bc->ac", [(7, 13), (13, 5)]),
+    ("abc,cde->abde", [(2, 7, 5), (5, 4, 3)]),
+    ("aecd,abcd->acbe", [(2, 5, 3, 4), (2, 7, 3, 4)]),
+    ("acbe,aecd->abcd", [(2, 3, 7, 5), (2, 5, 3, 4)]),
+    ("...ab,...bc->...ac", [(5, 1, 2, 3), (7, 3, 4)]),
+    ("iij,jk->ik", [(3, 3, 2), (2, 4)]),
+    ("ab,bc->a", [(2, 3), (3, 4)]),
+    ("ab->ba", [(3, 5)]),
+    ("i->ii", [(3,)]),
+    ("ab,bc->ac", [(1, 1), (1, 1)]),
+    ("ab,bc->ac", [(2, 0), (0, 3)]),
+    ("abc,acd->abd", [(0, 2, 3), (0, 3, 4)]),
+    ("abc,cd->abd", [(4, 64, 96), (96, 80)]),  # above the split threshold: the pool computes it
+]
+
+
+def einsum_cases(tf, rng):
+    return [Case({"inputs": [f32(rng, s) for s in shapes], "equation": eq}) for eq, shapes in EINSUM_CASES]
+
+
 def bias_add_cases(tf, rng):
     return [Case({"value": f32(rng, s), "bias": f32(rng, s[-1:])}) for s in [(4, 7), (2, 3, 5, 6), (0, 3), (1, 1), (129, 257)]]
 
@@ -746,6 +767,7 @@ SPECS: dict[str, Spec] = {
     # linear algebra and NN
     "MatMul": Spec(matmul_cases, PRODUCT),
     "BatchMatMulV2": Spec(batch_matmul_cases, PRODUCT),
+    "Einsum": Spec(einsum_cases, PRODUCT),
     "BiasAdd": Spec(bias_add_cases),
     "BiasAddGrad": Spec(bias_add_grad_cases, REDUCTION),
     "Softmax": Spec(softmax_cases, TRANSCENDENTAL),

@@ -18,6 +18,7 @@
 //! - [`unary`]: elementwise unary ops and the activation gradients.
 //! - [`reduce`]: Sum, Mean, Max, … over axes; ArgMax/ArgMin.
 //! - [`matmul`]: MatMul, BatchMatMulV2 and BiasAdd(Grad) on `gemm`.
+//! - [`einsum`]: Einsum, as transposes, sums and one batched product.
 //! - [`nn`]: softmax and the cross-entropy losses.
 //! - [`conv`]: Conv2D and its backprops, pooling and its gradients.
 //! - [`batchnorm`]: FusedBatchNormV3 and its gradient.
@@ -34,6 +35,7 @@
 pub mod batchnorm;
 pub mod binary;
 pub mod conv;
+pub mod einsum;
 pub mod fused;
 pub mod matmul;
 pub mod movement;
@@ -155,6 +157,7 @@ pub fn registry() -> Vec<KernelDef> {
         unary::KERNELS,
         reduce::KERNELS,
         matmul::KERNELS,
+        einsum::KERNELS,
         nn::KERNELS,
         conv::KERNELS,
         batchnorm::KERNELS,

@@ -109,7 +109,7 @@ fn par_rows<T: Send>(out: &mut [T], row_len: usize, work: impl Fn(usize, &mut [T
 }
 
 /// Row-major strides of `shape`.
-fn strides_of(shape: &[usize]) -> Vec<usize> {
+pub(super) fn strides_of(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![1; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
         strides[i] = strides[i + 1] * shape[i + 1];
@@ -189,14 +189,14 @@ impl<'a> Walk<'a> {
 /// `offset + Σ index[d] · steps[d]`. Collapsed: no size-1 dimension (unless
 /// the view has one element), no two neighbours contiguous in the source.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct View {
+pub(super) struct View {
     offset: isize,
     dims: Vec<usize>,
     steps: Vec<isize>,
 }
 
 impl View {
-    fn new(offset: isize, dims: &[usize], steps: &[isize]) -> View {
+    pub(super) fn new(offset: isize, dims: &[usize], steps: &[isize]) -> View {
         let mut v = View { offset, dims: Vec::with_capacity(dims.len()), steps: Vec::with_capacity(dims.len()) };
         for (&n, &step) in dims.iter().zip(steps) {
             if n == 1 {
@@ -224,6 +224,12 @@ impl View {
         self.dims.iter().product()
     }
 
+    /// Whether the view is all of a row-major buffer of `len` elements, in
+    /// order (gathering it would copy the buffer unchanged).
+    pub(super) fn is_whole(&self, len: usize) -> bool {
+        self.offset == 0 && self.len() == len && (len <= 1 || self.steps == [1])
+    }
+
     /// Fails unless every element of the view lies inside `len` elements.
     fn check_within(&self, len: usize) -> Result<(), Error> {
         if self.len() == 0 {
@@ -245,7 +251,7 @@ impl View {
     }
 
     /// `out[i] = src[element i of the view]`.
-    fn gather<T: Element>(&self, src: &[T], out: &mut [T]) -> Result<(), Error> {
+    pub(super) fn gather<T: Element>(&self, src: &[T], out: &mut [T]) -> Result<(), Error> {
         self.check_within(src.len())?;
         if out.len() != self.len() {
             return Err(Error::Internal(format!("a view of {} elements gathered into {}", self.len(), out.len())));
@@ -341,7 +347,7 @@ impl View {
     }
 
     /// `dst[element i of the view] = values[i]` (serial).
-    fn scatter(&self, values: &[f32], dst: &mut [f32]) -> Result<(), Error> {
+    pub(super) fn scatter(&self, values: &[f32], dst: &mut [f32]) -> Result<(), Error> {
         self.check_within(dst.len())?;
         if values.len() != self.len() {
             return Err(Error::Internal(format!("{} values scattered into a view of {}", values.len(), self.len())));

@@ -204,6 +204,11 @@ impl ReducePlan {
         self.output_shape.iter().product()
     }
 
+    /// Sums float32 `input` (row-major, the plan's input shape) into `out`.
+    pub(super) fn sum(&self, input: &[f32], out: &mut [f32]) -> Result<(), Error> {
+        self.run::<SumR>(input, out)
+    }
+
     /// Reduces `input` (row-major, the plan's input shape) into `out`.
     fn run<R: Reducer>(&self, input: &[R::T], out: &mut [R::T]) -> Result<(), Error> {
         let in_len = self.input_shape.iter().product::<usize>();
