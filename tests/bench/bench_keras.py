@@ -6,7 +6,7 @@ alternating fresh processes. Prints ``STEP_SECONDS <median>`` and the
 device the weights live on. Both runs use ``jit_compile=False``: XLA
 exists only for the CPU, and the comparison is kernel against kernel.
 
-    python bench_keras.py --model mlp|cnn [--steps 60]
+    python bench_keras.py --model mlp|cnn|transformer [--steps 60]
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ import os
 import statistics
 import sys
 import time
+
+
+VOCABULARY = 1000
 
 
 def build(model: str):
@@ -31,6 +34,16 @@ def build(model: str):
             layers.Dense(10),
         ])
         shape, batch = (784,), 128
+    elif model == "transformer":
+        # One encoder block over 64 tokens: embedding, 4-head attention
+        # (einsums), layer norms, an exact-GELU feed-forward layer.
+        inputs = keras.Input((64,), dtype="int32")
+        h = layers.Embedding(VOCABULARY, 64)(inputs)
+        h = layers.LayerNormalization()(h + layers.MultiHeadAttention(num_heads=4, key_dim=16)(h, h))
+        f = layers.Dense(64)(layers.Dense(128, activation="gelu")(h))
+        h = layers.LayerNormalization()(h + layers.Dropout(0.1)(f))
+        net = keras.Model(inputs, layers.Dense(10)(layers.GlobalAveragePooling1D()(h)))
+        shape, batch = (64,), 32
     else:
         # The small CNN of the training-parity test.
         net = keras.Sequential([
@@ -54,7 +67,7 @@ def build(model: str):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn"], required=True)
+    parser.add_argument("--model", choices=["mlp", "cnn", "transformer"], required=True)
     parser.add_argument("--steps", type=int, default=60)
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -64,7 +77,10 @@ def main() -> int:
     keras.utils.set_random_seed(7)
     net, shape, batch = build(args.model)
     rng = np.random.default_rng(7)
-    x = rng.random((batch * args.steps, *shape)).astype(np.float32)
+    if args.model == "transformer":
+        x = rng.integers(0, VOCABULARY, size=(batch * args.steps, *shape)).astype(np.int32)
+    else:
+        x = rng.random((batch * args.steps, *shape)).astype(np.float32)
     y = rng.integers(0, 10, size=batch * args.steps).astype(np.int64)
 
     ends = []

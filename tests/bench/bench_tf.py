@@ -16,7 +16,10 @@ Prints, in one run:
     runs first alternates from pair to pair, so neither always gets the
     fresher machine;
 (f) elementwise activations (Exp, Log, Tanh, Sigmoid, Erf, Softplus, Relu) on
-    a 1M-element float32 tensor: time per op on each device and WASM ÷ CPU.
+    a 1M-element float32 tensor: time per op on each device and WASM ÷ CPU;
+(g) a Keras transformer encoder block's train-step time (embedding,
+    4-head attention, layer norms, GELU feed-forward; 64 tokens, batch 32),
+    measured as (d) and (e).
 
 Both devices get the same inputs, placed on the device before timing, and
 every timed batch ends by copying its last result to the host, so queued
@@ -166,7 +169,7 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=60.0, help="seconds the 2048 run may take, or it is skipped")
     parser.add_argument("--train-rounds", type=int, default=5, help="process pairs per Keras model")
     parser.add_argument("--train-steps", type=int, default=60, help="timed train steps per process")
-    parser.add_argument("--skip-keras", action="store_true", help="skip (d) and (e)")
+    parser.add_argument("--skip-keras", action="store_true", help="skip (d), (e) and (g)")
     parser.add_argument("--activation-elements", type=int, default=1 << 20, help="tensor size for (f)")
     args = parser.parse_args()
 
@@ -204,15 +207,18 @@ def main() -> int:
         print(f"    {'CPU':<5} {cpu_gflops:8.2f} GFLOP/s  ({cpu_s * 1e3:8.2f} ms/op, ran on {short(cpu_on)})")
         print(f"    {device_type} / CPU = {wasm_gflops / cpu_gflops:.2f}\n")
 
+    def train_step(label: str, model: str, what: str):
+        wasm_step, cpu_step, placed, pairs = train_step_ratio(model, args.train_rounds, args.train_steps, device_type)
+        print(f"({label}) {what}: train-step time (jit_compile=False)")
+        print(f"    {device_type:<5} {wasm_step * 1e3:8.2f} ms/step  (weights on {short(placed['plugin'])})")
+        print(f"    {'CPU':<5} {cpu_step * 1e3:8.2f} ms/step  (weights on {short(placed['cpu'])})")
+        print(f"    {device_type} / CPU = {wasm_step / cpu_step:.2f}")
+        listed = " ".join(f"{ratio:.2f}" for ratio in pairs)
+        print(f"    each pair: {listed}  (median {statistics.median(pairs):.2f})\n")
+
     if not args.skip_keras:
-        for label, model, what in (("d", "mlp", "Keras MLP 784-512-256-10, batch 128"), ("e", "cnn", "Keras small CNN, batch 64")):
-            wasm_step, cpu_step, placed, pairs = train_step_ratio(model, args.train_rounds, args.train_steps, device_type)
-            print(f"({label}) {what}: train-step time (jit_compile=False)")
-            print(f"    {device_type:<5} {wasm_step * 1e3:8.2f} ms/step  (weights on {short(placed['plugin'])})")
-            print(f"    {'CPU':<5} {cpu_step * 1e3:8.2f} ms/step  (weights on {short(placed['cpu'])})")
-            print(f"    {device_type} / CPU = {wasm_step / cpu_step:.2f}")
-            listed = " ".join(f"{ratio:.2f}" for ratio in pairs)
-            print(f"    each pair: {listed}  (median {statistics.median(pairs):.2f})\n")
+        train_step("d", "mlp", "Keras MLP 784-512-256-10, batch 128")
+        train_step("e", "cnn", "Keras small CNN, batch 64")
 
     # (f) elementwise activations
     times = activation_times(tf, [plugin, cpu], args.activation_elements, args.samples, 10)
@@ -223,6 +229,9 @@ def main() -> int:
         where = "" if act_on.endswith(f"{device_type}:0") else f"  (ran on {short(act_on)})"
         print(f"    {name:<9} {wasm_s * 1e6:6.0f} us {cpu_s * 1e6:6.0f} us   {wasm_s / cpu_s:5.2f}{where}")
     print()
+
+    if not args.skip_keras:
+        train_step("g", "transformer", "Keras transformer encoder block, 64 tokens, batch 32")
 
     if not wasm_on.endswith(f"{device_type}:0"):
         print(f"note: MatMul results landed on {short(wasm_on)}: the plugin has no MatMul kernel in this build,")
