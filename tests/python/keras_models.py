@@ -4,7 +4,7 @@ Plain Keras 3, nothing tfwasm-specific: the point is that a user's program
 runs unchanged. Used as a script (one training run, results as JSON on the
 last line of stdout) and as a module (the benchmarks build the same models).
 
-    python keras_models.py --model mlp|cnn|rnn [--epochs 3] [--jit false|default]
+    python keras_models.py --model mlp|cnn|rnn|transformer [--epochs 3] [--jit false|default]
 
 Placement is left to TensorFlow, which puts every op with a WASM kernel on
 the WASM device. The CPU reference run uses a policy with
@@ -23,6 +23,7 @@ import sys
 SEED = 1234
 SAMPLES = 512
 BATCH = 32
+TOKENS = 200
 
 
 def data(model: str):
@@ -33,6 +34,10 @@ def data(model: str):
         x = rng.standard_normal((SAMPLES, 20)).astype(np.float32)
         w = rng.standard_normal((20, 10)).astype(np.float32)
         y = np.argmax(x @ w + 0.5 * rng.standard_normal((SAMPLES, 10)), axis=1).astype(np.int64)
+    elif model == "transformer":
+        # Token sequences; the class is the most frequent of five token bands.
+        x = rng.integers(0, TOKENS, (SAMPLES, 16)).astype(np.int32)
+        y = np.array([np.bincount(row * 5 // TOKENS, minlength=5).argmax() for row in x], np.int64)
     elif model == "rnn":
         x = rng.standard_normal((SAMPLES, 12, 4)).astype(np.float32)
         y = (np.cumsum(x[:, :, 0], axis=1)[:, -1] > 0).astype(np.int64) + 2 * (x[:, -1, 1] > 0)
@@ -53,6 +58,16 @@ def build(model: str):
             layers.Dense(64, activation="relu"),
             layers.Dense(10),
         ])
+    elif model == "transformer":
+        # One encoder block: an embedding (its gradient is a sparse
+        # UnsortedSegmentSum), multi-head attention (einsums), layer norms
+        # and an exact-GELU feed-forward layer (Erfc).
+        inputs = keras.Input((16,), dtype="int32")
+        h = layers.Embedding(TOKENS, 32)(inputs)
+        h = layers.LayerNormalization()(h + layers.MultiHeadAttention(num_heads=4, key_dim=8)(h, h))
+        f = layers.Dense(32)(layers.Dense(64, activation="gelu")(h))
+        h = layers.LayerNormalization()(h + layers.Dropout(0.1)(f))
+        net = keras.Model(inputs, layers.Dense(5)(layers.GlobalAveragePooling1D()(h)))
     elif model == "rnn":
         # A recurrence: TensorFlow runs it as a while loop whose state it
         # copies within the device between steps.
@@ -85,7 +100,7 @@ def compile_model(net, jit_compile):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn", "rnn"], required=True)
+    parser.add_argument("--model", choices=["mlp", "cnn", "rnn", "transformer"], required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--jit", choices=["false", "default"], default="false")
     args = parser.parse_args(argv)

@@ -65,7 +65,7 @@ def cpu_policy(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("model", ["mlp", "cnn"])
+@pytest.mark.parametrize("model", ["mlp", "cnn", "transformer"])
 def test_training_matches_cpu_and_runs_on_wasm(model, tmp_path, cpu_policy):
     coverage_json = tmp_path / "coverage.json"
     wasm, _ = run(
