@@ -47,6 +47,10 @@ pub enum Error {
     #[error("tfwasm: {0}")]
     InvalidArgument(String),
 
+    /// An op the device cannot run in this form (says what to do instead).
+    #[error("tfwasm: {0}")]
+    Unimplemented(String),
+
     /// Work on a stream failed.
     #[error("tfwasm: {0}")]
     Stream(String),
@@ -73,6 +77,7 @@ impl Error {
             Error::OutOfMemory { .. } => TF_RESOURCE_EXHAUSTED,
             Error::DeviceDisabled { .. } => TF_UNAVAILABLE,
             Error::InvalidArgument(_) => TF_INVALID_ARGUMENT,
+            Error::Unimplemented(_) => TF_UNIMPLEMENTED,
             Error::Stream(_) => TF_INTERNAL,
             Error::Internal(_) => TF_INTERNAL,
             Error::Tensorflow { code, .. } => *code,

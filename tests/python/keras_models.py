@@ -4,7 +4,8 @@ Plain Keras 3, nothing tfwasm-specific: the point is that a user's program
 runs unchanged. Used as a script (one training run, results as JSON on the
 last line of stdout) and as a module (the benchmarks build the same models).
 
-    python keras_models.py --model mlp|cnn|rnn|transformer [--epochs 3] [--jit false|default]
+    python keras_models.py --model mlp|cnn|rnn|transformer|embedding [--epochs 3]
+                           [--jit false|default] [--optimizer adam|sgd|rmsprop|...]
 
 Placement is left to TensorFlow, which puts every op with a WASM kernel on
 the WASM device. The CPU reference run uses a policy with
@@ -38,6 +39,10 @@ def data(model: str):
         # Token sequences; the class is the most frequent of five token bands.
         x = rng.integers(0, TOKENS, (SAMPLES, 16)).astype(np.int32)
         y = np.array([np.bincount(row * 5 // TOKENS, minlength=5).argmax() for row in x], np.int64)
+    elif model == "embedding":
+        # Token sequences; the class is whether low tokens outnumber high ones.
+        x = rng.integers(0, TOKENS, (SAMPLES, 10)).astype(np.int32)
+        y = ((x < TOKENS // 2).sum(axis=1) > 5).astype(np.int64)
     elif model == "rnn":
         x = rng.standard_normal((SAMPLES, 12, 4)).astype(np.float32)
         y = (np.cumsum(x[:, :, 0], axis=1)[:, -1] > 0).astype(np.int64) + 2 * (x[:, -1, 1] > 0)
@@ -68,6 +73,15 @@ def build(model: str):
         f = layers.Dense(32)(layers.Dense(64, activation="gelu")(h))
         h = layers.LayerNormalization()(h + layers.Dropout(0.1)(f))
         net = keras.Model(inputs, layers.Dense(5)(layers.GlobalAveragePooling1D()(h)))
+    elif model == "embedding":
+        # An embedding's gradient is sparse: optimizers that apply it as is
+        # (SGD, RMSprop, Adagrad, Adadelta) update the table with scatters.
+        net = keras.Sequential([
+            keras.Input((10,), dtype="int32"),
+            layers.Embedding(TOKENS, 8),
+            layers.GlobalAveragePooling1D(),
+            layers.Dense(2),
+        ])
     elif model == "rnn":
         # A recurrence: TensorFlow runs it as a while loop whose state it
         # copies within the device between steps.
@@ -86,12 +100,12 @@ def build(model: str):
     return net
 
 
-def compile_model(net, jit_compile):
+def compile_model(net, jit_compile, optimizer="adam"):
     import keras
 
     kwargs = {} if jit_compile == "default" else {"jit_compile": jit_compile}
     net.compile(
-        optimizer="adam",
+        optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
         **kwargs,
@@ -100,9 +114,10 @@ def compile_model(net, jit_compile):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn", "rnn", "transformer"], required=True)
+    parser.add_argument("--model", choices=["mlp", "cnn", "rnn", "transformer", "embedding"], required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--jit", choices=["false", "default"], default="false")
+    parser.add_argument("--optimizer", default="adam", help="a Keras optimizer name")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
@@ -112,7 +127,7 @@ def main(argv=None) -> None:
     keras.utils.set_random_seed(SEED)
     x, y = data(args.model)
     net = build(args.model)
-    compile_model(net, False if args.jit == "false" else "default")
+    compile_model(net, False if args.jit == "false" else "default", args.optimizer)
     history = net.fit(x, y, batch_size=BATCH, epochs=args.epochs, shuffle=False, verbose=0)
     weights_device = net.trainable_variables[0].value.device
     result = {

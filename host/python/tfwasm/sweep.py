@@ -58,6 +58,9 @@ class Spec:
     #: in which the pass creates the op on WASM. The CPU runs the same
     #: function unrewritten, and the case fails unless the op ran on WASM.
     via: Callable[[Any], Callable] | None = None
+    #: For an op the graph pass always rewrites (``via`` drives it): the op
+    #: that must run instead.
+    runs_as: str | None = None
 
 
 @dataclass
@@ -665,6 +668,42 @@ def fused_function(tf):
     return adam_update
 
 
+SCATTER_CASES = [
+    # variable shape, indices (with duplicates), index dtype
+    ((5, 3), [4, 0, 4, 2], np.int32),
+    ((7,), [6, 6, 0], np.int64),
+    ((1, 1), [0], np.int32),
+    ((6, 2, 3), [[1, 5], [5, 1]], np.int64),
+    ((0, 3), [], np.int32),
+    ((129, 257), [128, 0, 64], np.int64),
+]
+
+
+def scatter_cases(tf, rng):
+    out = []
+    for shape, indices, index_type in SCATTER_CASES:
+        idx = np.array(indices, index_type).reshape(np.shape(indices))
+        out.append(Case({"value": f32(rng, shape), "indices": idx, "updates": f32(rng, idx.shape + shape[1:])}))
+    return out
+
+
+def scatter_function(tf, subtract: bool):
+    """A variable made from ``value`` on the current device, updated by
+    ``scatter_sub``/``scatter_add`` inside a tf.function, where the graph
+    pass turns TensorFlow's ResourceScatter op into ours."""
+
+    @tf.function(reduce_retracing=True)
+    def step(v, indices, updates):
+        rows = tf.IndexedSlices(updates, indices)
+        v.scatter_sub(rows) if subtract else v.scatter_add(rows)
+        return v.read_value()
+
+    def run(value, indices, updates):
+        return step(tf.Variable(value), indices, updates)
+
+    return run
+
+
 def ops_run(tf, thunk, device: str) -> tuple[Any, set[str]]:
     """Calls ``thunk`` and returns its result and the op types placed on
     ``device`` in the function graphs it ran, as TensorFlow optimized them
@@ -686,6 +725,11 @@ def ops_run(tf, thunk, device: str) -> tuple[Any, set[str]]:
 SPECS: dict[str, Spec] = {
     # made by the graph pass from elementwise trees (see docs/kernels.md)
     FUSED_OP: Spec(fused_cases, via=fused_function),
+    # sparse variable updates, rewritten by the graph pass
+    "_TfwasmScatterAdd": Spec(scatter_cases, EXACT, via=lambda tf: scatter_function(tf, False)),
+    "_TfwasmScatterSub": Spec(scatter_cases, EXACT, via=lambda tf: scatter_function(tf, True)),
+    "ResourceScatterAdd": Spec(scatter_cases, EXACT, via=lambda tf: scatter_function(tf, False), runs_as="_TfwasmScatterAdd"),
+    "ResourceScatterSub": Spec(scatter_cases, EXACT, via=lambda tf: scatter_function(tf, True), runs_as="_TfwasmScatterSub"),
     # elementwise binary
     "Add": Spec(binary()),
     "AddV2": Spec(joined(binary(), int_binary(np.int64))),
@@ -885,15 +929,16 @@ def run_case(tf, op: str, case: Case, spec: Spec, wasm: str) -> tuple[float | No
         first, ran = ops_run(tf, lambda: as_list(fn(**args)), wasm)
         second = as_list(fn(**args))
     notes = []
-    if spec.via and op not in ran:
-        notes.append(f"{op} did not run (the function ran {sorted(ran)})")
+    expected_op = spec.runs_as or op
+    if spec.via and expected_op not in ran:
+        notes.append(f"{expected_op} did not run (the function ran {sorted(ran)})")
     off_device = [i for i, t in enumerate(first) if not t.device.endswith(wasm.removeprefix("/"))]
     if off_device:
         notes.append(f"output {off_device} on {first[off_device[0]].device}")
     got, again = [t.numpy() for t in first], [t.numpy() for t in second]
     compare_idx = case.compare if case.compare is not None else range(len(expected))
     worst, ok, more = compare(expected, got, again, tol, compare_idx)
-    return worst, ok and not off_device and not (spec.via and op not in ran), "; ".join(notes + more)
+    return worst, ok and not off_device and not (spec.via and expected_op not in ran), "; ".join(notes + more)
 
 
 def compare(expected: list, got: list, again: list, tol: tuple[float, float], indexes) -> tuple[float | None, bool, list[str]]:

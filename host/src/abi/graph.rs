@@ -141,7 +141,9 @@ unsafe extern "C" fn optimize(
             false => None,
         };
         let preserve = |name: &[u8]| preserved.as_ref().is_some_and(|set| set.contains(name));
-        let rewrites = crate::graph::Rewrites { preserve: preserved.is_some().then_some(&preserve), fuse, host_edges };
+        let scatter = super::kernels::scatter_ops_registered();
+        let rewrites =
+            crate::graph::Rewrites { preserve: preserved.is_some().then_some(&preserve), fuse, host_edges, scatter };
         let output = crate::graph::optimize(input, device_type, &rewrites)?;
         // SAFETY: as above, for the output buffer.
         unsafe { set_buffer(optimized, output) }

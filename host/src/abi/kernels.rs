@@ -32,7 +32,9 @@ use super::ffi::status::{TF_Code, TF_DeleteStatus, TF_GetCode, TF_Message, TF_Ne
 use super::{ffi_guard, ffi_guard_or};
 use crate::error::Error;
 use crate::kernels::shape::{element_count, Dims, ShapeDisplay};
-use crate::kernels::{fused, pool, Attrs, DType, Kernel, KernelDef, OpContext, Owner, Tensor, DEFER_MIN_INPUT_BYTES};
+use crate::kernels::{
+    fused, pool, scatter, Attrs, DType, Kernel, KernelDef, OpContext, Owner, Tensor, DEFER_MIN_INPUT_BYTES,
+};
 use smallvec::SmallVec;
 
 /// The registry, fixed for the process: `create_nth::<I>` builds entry `I`.
@@ -60,19 +62,26 @@ pub extern "C" fn TF_InitKernel() {
                 return Ok(());
             }
         };
-        let fused = match register_fused_op() {
-            Ok(()) => {
-                FUSED_OP.store(true, Ordering::Release);
-                true
-            }
-            Err(error) => {
-                tracing::warn!("{error}; the graph pass fuses no elementwise ops");
-                false
-            }
-        };
+        let fused =
+            register_own_op(&FUSED_OP, fused::OP, &["inputs: N * T"], &["N: int >= 1", "T: {float}", "expr: string"])
+                .map_err(|error| tracing::warn!("{error}; the graph pass fuses no elementwise ops"))
+                .is_ok();
+        let scatter = [scatter::ADD_OP, scatter::SUB_OP].iter().all(|op| {
+            register_own_op(
+                &SCATTER_OPS,
+                op,
+                &["value: T", "indices: Tindices", "updates: T"],
+                &["T: {float}", "Tindices: {int32, int64}"],
+            )
+            .map_err(|error| tracing::warn!("{error}; sparse updates of variables on the device will fail"))
+            .is_ok()
+        });
+        SCATTER_OPS.store(scatter, Ordering::Release);
         let mut registered = 0;
         for (index, def) in definitions().iter().enumerate() {
-            if def.op == fused::OP && !fused {
+            let own_op_missing = (def.op == fused::OP && !fused)
+                || ((def.op == scatter::ADD_OP || def.op == scatter::SUB_OP) && !scatter);
+            if own_op_missing {
                 continue;
             }
             let Some(&create) = CREATE.get(index) else {
@@ -101,25 +110,32 @@ pub extern "C" fn TF_InitKernel() {
 /// the graph pass emits nodes of it only then.
 static FUSED_OP: AtomicBool = AtomicBool::new(false);
 
+/// Whether both scatter ops ([`scatter::ADD_OP`], [`scatter::SUB_OP`]) are
+/// registered: the graph pass rewrites sparse variable updates only then.
+static SCATTER_OPS: AtomicBool = AtomicBool::new(false);
+
 pub(crate) fn fused_op_registered() -> bool {
     FUSED_OP.load(Ordering::Acquire)
 }
 
-/// Defines [`fused::OP`], our own op, in TensorFlow's op registry: `N`
-/// float32 inputs, one output, the program in `expr`. Called once per
-/// process (never by a second copy of the library: TensorFlow aborts on a
-/// name registered twice). Its shape function leaves the output shape
-/// unknown, which is always correct: the nodes are made by our graph pass
-/// after shapes were inferred, and kernels need no static shapes.
-fn register_fused_op() -> Result<(), Error> {
-    let failed = |what: &str| Error::Internal(format!("cannot define the {} op: {what}", fused::OP));
-    let name = CString::new(fused::OP).map_err(|_| failed("bad op name"))?;
+pub(crate) fn scatter_ops_registered() -> bool {
+    SCATTER_OPS.load(Ordering::Acquire)
+}
+
+/// Defines one of our own ops in TensorFlow's op registry, with the given
+/// inputs and attributes and one output `y: T`, and sets `flag` once it
+/// is. Called once per process (never by a second copy of the library:
+/// TensorFlow aborts on a name registered twice). Its shape function
+/// leaves the output shape unknown, which is always correct: the nodes are
+/// made by our graph pass after shapes were inferred, and kernels need no
+/// static shapes.
+fn register_own_op(flag: &AtomicBool, op: &str, inputs: &[&str], attrs: &[&str]) -> Result<(), Error> {
+    let failed = |what: &str| Error::Internal(format!("cannot define the {op} op: {what}"));
+    let name = CString::new(op).map_err(|_| failed("bad op name"))?;
     let specs = |list: &[&str]| list.iter().map(|s| CString::new(*s)).collect::<Result<Vec<_>, _>>();
-    let attrs = specs(&["N: int >= 1", "T: {float}", "expr: string"]).map_err(|_| failed("bad attribute spec"))?;
-    let (input, output) = (
-        CString::new("inputs: N * T").map_err(|_| failed("bad input spec"))?,
-        CString::new("y: T").map_err(|_| failed("bad output spec"))?,
-    );
+    let attrs = specs(attrs).map_err(|_| failed("bad attribute spec"))?;
+    let inputs = specs(inputs).map_err(|_| failed("bad input spec"))?;
+    let output = CString::new("y: T").map_err(|_| failed("bad output spec"))?;
     let status = OwnedStatus::new()?;
     // SAFETY: the strings are NUL-terminated and copied by TensorFlow during
     // each call; the builder is ours until `TF_RegisterOpDefinition` takes
@@ -130,7 +146,9 @@ fn register_fused_op() -> Result<(), Error> {
         if builder.is_null() {
             return Err(failed("TF_NewOpDefinitionBuilder returned null"));
         }
-        TF_OpDefinitionBuilderAddInput(builder, input.as_ptr());
+        for input in &inputs {
+            TF_OpDefinitionBuilderAddInput(builder, input.as_ptr());
+        }
         TF_OpDefinitionBuilderAddOutput(builder, output.as_ptr());
         for attr in &attrs {
             TF_OpDefinitionBuilderAddAttr(builder, attr.as_ptr());
@@ -139,10 +157,12 @@ fn register_fused_op() -> Result<(), Error> {
         status.clear();
         TF_RegisterOpDefinition(builder, status.as_ptr());
     }
-    status.outcome().map_err(|failure| failed(&failure.message))
+    status.outcome().map_err(|failure| failed(&failure.message))?;
+    flag.store(true, Ordering::Release);
+    Ok(())
 }
 
-/// The shape function of [`fused::OP`]: output shape unknown.
+/// The shape function of our own ops: output shape unknown.
 unsafe extern "C" fn unknown_shape(ctx: *mut TF_ShapeInferenceContext, status: *mut TF_Status) {
     ffi_guard_or((), "shape function", || {
         // SAFETY: TensorFlow passes a live context and status for this call.

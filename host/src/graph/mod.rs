@@ -2,10 +2,12 @@
 //! device type (registered through `TF_InitGraph`, see `abi/graph.rs`).
 //!
 //! The pass works on the serialized GraphDef TensorFlow hands over and
-//! returns a serialized GraphDef. It makes four rewrites: [`xla`], calls
+//! returns a serialized GraphDef. It makes five rewrites: [`xla`], calls
 //! of `jit_compile=True` functions placed on our device run without XLA,
-//! which has no backend for a PluggableDevice; [`updates`], float32
-//! variable updates on our device become assignments of a sum, which
+//! which has no backend for a PluggableDevice; [`updates`], sparse
+//! (scatter) updates of a variable on our device become assignments of an
+//! updated copy, which TensorFlow's own scatter kernels (CPU only) cannot
+//! serve, and float32 variable updates become assignments of a sum, which
 //! [`fuse`] then takes into the tree of elementwise ops computing the
 //! update, as it makes every such tree on our device one node; and
 //! [`host_edges`], tensors crossing between the CPU device and ours do so
@@ -66,6 +68,8 @@ pub struct Rewrites<'a> {
     /// Mark cross-device edges to cross in host memory (outputs only when
     /// `preserve` is known).
     pub host_edges: bool,
+    /// Rewrite sparse variable updates (needs our scatter ops registered).
+    pub scatter: bool,
 }
 
 /// Runs the pass on `graph` for nodes placed on `device_type`; returns the
@@ -89,6 +93,21 @@ pub fn optimize(graph: &[u8], device_type: &str, rewrites: &Rewrites<'_>) -> Res
         );
     }
     let mut graph = cleared.graph;
+    // Not optional: without it a sparse update of a variable on our device
+    // has no kernel there (see `updates::scatter_updates`).
+    let scattered = if rewrites.scatter {
+        updates::scatter_updates(&graph, device_type)?
+    } else {
+        updates::Updates { graph: Vec::new(), rewritten: Vec::new() }
+    };
+    if !scattered.rewritten.is_empty() {
+        tracing::debug!(
+            "tfwasm: {} sparse variable updates on {device_type} become assignments of a scattered copy (first: {})",
+            scattered.rewritten.len(),
+            scattered.rewritten[0]
+        );
+        graph = scattered.graph;
+    }
     if let (true, Some(preserve)) = (rewrites.fuse, rewrites.preserve) {
         let updates = updates::assign_updates(&graph, device_type)?;
         if !updates.rewritten.is_empty() {

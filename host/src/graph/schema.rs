@@ -30,6 +30,7 @@ pub const ATTR_VALUE_TYPE: u32 = attr::TYPE;
 
 pub const DT_FLOAT: u64 = data_type::DT_FLOAT;
 pub const DT_INT32: u64 = data_type::DT_INT32;
+pub const DT_INT64: u64 = data_type::DT_INT64;
 /// A handle to a resource (a variable) that lives on one device.
 pub const DT_RESOURCE: u64 = data_type::DT_RESOURCE;
 /// A host object (an `Optional`, a `TensorList`) no C-API kernel can read.

@@ -34,6 +34,10 @@
 //! Only updates placed on our device, with `dtype` float32 and no
 //! attribute TensorFlow's op does not define, are rewritten; if one of the
 //! new names is taken the update is left alone.
+//!
+//! [`scatter_updates`] rewrites sparse updates (`ResourceScatterAdd/Sub`)
+//! the same way, with our scatter op computing the updated value: those
+//! have no kernel on our device that could reach the variable.
 
 use std::collections::HashSet;
 
@@ -41,6 +45,7 @@ use super::schema::*;
 use super::wire;
 use super::xla::placed_on;
 use super::GraphError;
+use crate::kernels::scatter;
 
 /// Suffixes of the two nodes each rewritten update adds.
 pub const READ_SUFFIX: &str = "/tfwasm_read";
@@ -96,7 +101,78 @@ pub fn assign_updates(graph: &[u8], device_type: &str) -> Result<Updates, GraphE
             (b"dtype", DT_FLOAT),
         );
         let value_node = new_node(&value, combine, &[&read, update], fields.device, (b"T", DT_FLOAT));
-        let assign = assign_node(node, &[&[handle, &value[..]], &controls[..]].concat())?;
+        let assign = assign_node(node, &[&[handle, &value[..]], &controls[..]].concat(), &[])?;
+        edits[index] = NodeEdit::Expand(vec![read_node, value_node, assign]);
+        rewritten.push(String::from_utf8_lossy(fields.name).into_owned());
+        names.insert(read);
+        names.insert(value);
+    }
+    if rewritten.is_empty() {
+        return Ok(Updates { graph: graph.to_vec(), rewritten });
+    }
+    Ok(Updates { graph: edit_nodes(graph, &edits)?, rewritten })
+}
+
+/// Rewrites every float32 `ResourceScatterAdd` / `ResourceScatterSub` on a
+/// device of type `device_type` (Keras' sparse updates: plain SGD, RMSprop,
+/// Adagrad and Adadelta on an `Embedding`) as
+///
+/// ```text
+/// read  = ReadVariableOp(v, ^controls)                         "<name>/tfwasm_read"
+/// value = _TfwasmScatterAdd|Sub(read, indices, updates)        "<name>/tfwasm_value"
+/// <name> = AssignVariableOp(v, value, ^controls, validate_shape=true)
+/// ```
+///
+/// TensorFlow's scatter kernels need its variable internals, which the C
+/// API of the 2.21 wheel does not export (`kernels_experimental.h`), so
+/// they exist for the CPU only; a variable on our device updated that way
+/// made placement fail outright. The rewrite computes the same sums, in the
+/// same order, on a copy of the whole variable (one pass over it per
+/// update, where TensorFlow's kernel touches only the indexed rows).
+pub fn scatter_updates(graph: &[u8], device_type: &str) -> Result<Updates, GraphError> {
+    let nodes = node_defs(graph)
+        .map(|node| {
+            node.and_then(|(node, at)| NodeFields::read(node).map(|fields| (node, fields)).map_err(|e| e.at(at)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut names: HashSet<Vec<u8>> = nodes.iter().map(|(_, fields)| fields.name.to_vec()).collect();
+
+    let mut edits: Vec<NodeEdit> = nodes.iter().map(|_| NodeEdit::Keep).collect();
+    let mut rewritten = Vec::new();
+    for (index, (node, fields)) in nodes.iter().enumerate() {
+        let apply = match fields.op {
+            b"ResourceScatterAdd" => scatter::ADD_OP,
+            b"ResourceScatterSub" => scatter::SUB_OP,
+            _ => continue,
+        };
+        let [handle, indices, updates] = fields.data_inputs().collect::<Vec<_>>()[..] else { continue };
+        let known =
+            fields.attrs.iter().all(|(key, ..)| *key == b"dtype" || *key == b"Tindices" || key.starts_with(b"_"));
+        let index_type = fields.type_attr(b"Tindices");
+        if !placed_on(fields.device, device_type)
+            || fields.type_attr(b"dtype") != Some(DT_FLOAT)
+            || !matches!(index_type, Some(DT_INT32 | DT_INT64))
+            || !known
+        {
+            continue;
+        }
+        let read = [fields.name, READ_SUFFIX.as_bytes()].concat();
+        let value = [fields.name, VALUE_SUFFIX.as_bytes()].concat();
+        if names.contains(&read) || names.contains(&value) {
+            continue;
+        }
+        let controls: Vec<&[u8]> = fields.control_inputs().collect();
+        let read_node = new_node(
+            &read,
+            b"ReadVariableOp",
+            &[&[handle], &controls[..]].concat(),
+            fields.device,
+            (b"dtype", DT_FLOAT),
+        );
+        let mut value_node =
+            new_node(&value, apply.as_bytes(), &[&read, indices, updates], fields.device, (b"T", DT_FLOAT));
+        put_type_attr(b"Tindices", index_type.unwrap_or(DT_INT32), &mut value_node);
+        let assign = assign_node(node, &[&[handle, &value[..]], &controls[..]].concat(), &[b"Tindices"])?;
         edits[index] = NodeEdit::Expand(vec![read_node, value_node, assign]);
         rewritten.push(String::from_utf8_lossy(fields.name).into_owned());
         names.insert(read);
@@ -116,15 +192,22 @@ fn new_node(name: &[u8], op: &[u8], inputs: &[&[u8]], device: &[u8], (key, dtype
 }
 
 /// The update `node` as an `AssignVariableOp` of `inputs` that checks the
-/// value's shape; every other field (name, device, attributes, debug
-/// info) is kept as it was.
-fn assign_node(node: &[u8], inputs: &[&[u8]]) -> Result<Vec<u8>, GraphError> {
+/// value's shape; every other field (name, device, attributes but those
+/// keyed `drop`, debug info) is kept as it was.
+fn assign_node(node: &[u8], inputs: &[&[u8]], drop: &[&[u8]]) -> Result<Vec<u8>, GraphError> {
     let mut out = Vec::with_capacity(node.len() + 64);
     let mut wrote_inputs = false;
     for field in wire::raw_fields(node) {
         let (field, raw) = field?;
         match field.number {
             NODE_OP => wire::put_bytes_field(NODE_OP, b"AssignVariableOp", &mut out),
+            NODE_ATTR if !drop.is_empty() => {
+                let (entry, _) = wire::bytes(node, &field, "NodeDef.attr is not a map entry")?;
+                let (key, _) = attr_entry(entry)?;
+                if !drop.contains(&key) {
+                    out.extend_from_slice(raw);
+                }
+            }
             NODE_INPUT if !wrote_inputs => {
                 for input in inputs {
                     wire::put_bytes_field(NODE_INPUT, input, &mut out);
@@ -290,6 +373,82 @@ mod tests {
         let out = decode(&fusion.graph);
         let fused = out.iter().find(|n| n.name == "m_update/tfwasm_value").unwrap();
         assert_eq!(fused.inputs, ["m_update/tfwasm_read", "g", "m", "c"]);
+    }
+
+    /// A scatter NodeDef: `dtype` and `Tindices` types, plus `extra` keys.
+    fn scatter_node(name: &str, op: &str, inputs: &[&str], device: &str, dtype: u64, index: u64) -> Vec<u8> {
+        let mut n = bare_node(name, op, inputs, device);
+        put_type_attr(b"dtype", dtype, &mut n);
+        put_type_attr(b"Tindices", index, &mut n);
+        put_type_attr(b"_has_manual_control_dependencies", DT_FLOAT, &mut n);
+        n
+    }
+
+    #[test]
+    fn sparse_updates_become_assignments_of_a_scattered_copy() {
+        let nodes = [
+            scatter_node(
+                "emb/sub",
+                "ResourceScatterSub",
+                &["table", "ids", "rows", "^ready"],
+                WASM0,
+                DT_FLOAT,
+                DT_INT32,
+            ),
+            scatter_node("emb/add", "ResourceScatterAdd", &["table:0", "ids64", "rows2"], WASM0, DT_FLOAT, DT_INT64),
+            update("after", "NoOp", &["^emb/sub", "^emb/add"], WASM0, DT_FLOAT, &[]),
+        ];
+        let input = graph(&nodes);
+        let scattered = scatter_updates(&input, "WASM").unwrap();
+        assert_eq!(scattered.rewritten, ["emb/sub", "emb/add"]);
+        let out = decode(&scattered.graph);
+        let names: Vec<_> = out.iter().map(|n| (n.name.as_str(), n.op.as_str())).collect();
+        assert_eq!(
+            names,
+            [
+                ("emb/sub/tfwasm_read", "ReadVariableOp"),
+                ("emb/sub/tfwasm_value", scatter::SUB_OP),
+                ("emb/sub", "AssignVariableOp"),
+                ("emb/add/tfwasm_read", "ReadVariableOp"),
+                ("emb/add/tfwasm_value", scatter::ADD_OP),
+                ("emb/add", "AssignVariableOp"),
+                ("after", "NoOp"),
+            ]
+        );
+        let [read, value, assign] = &out[..3] else { unreachable!() };
+        assert_eq!(read.inputs, ["table", "^ready"]);
+        assert_eq!(value.inputs, ["emb/sub/tfwasm_read", "ids", "rows"]);
+        let attrs = |n: &Decoded| n.attrs.iter().map(|(k, v)| (k.clone(), varint(v))).collect::<Vec<_>>();
+        assert_eq!(
+            attrs(value),
+            [("T".into(), Some((ATTR_VALUE_TYPE, DT_FLOAT))), ("Tindices".into(), Some((ATTR_VALUE_TYPE, DT_INT32)))]
+        );
+        assert_eq!(assign.inputs, ["table", "emb/sub/tfwasm_value", "^ready"]);
+        // AssignVariableOp has no Tindices; the rest of the node's attributes stay.
+        let keys: Vec<_> = assign.attrs.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["dtype", "_has_manual_control_dependencies", "validate_shape"]);
+        assert_eq!(varint(&out[4].attrs[1].1), Some((ATTR_VALUE_TYPE, DT_INT64)));
+        assert_eq!(out[5].inputs, ["table:0", "emb/add/tfwasm_value"]);
+        assert!(out.iter().all(|n| n.device == WASM0));
+        // A second run finds nothing to do.
+        assert!(scatter_updates(&scattered.graph, "WASM").unwrap().rewritten.is_empty());
+    }
+
+    #[test]
+    fn other_scatters_are_left_alone() {
+        let cases = [
+            ("on the CPU", scatter_node("u", "ResourceScatterSub", &["h", "i", "x"], CPU0, DT_FLOAT, DT_INT32)),
+            ("int64 values", scatter_node("u", "ResourceScatterSub", &["h", "i", "x"], WASM0, 9, DT_INT32)),
+            ("float indices", scatter_node("u", "ResourceScatterAdd", &["h", "i", "x"], WASM0, DT_FLOAT, DT_FLOAT)),
+            ("two inputs", scatter_node("u", "ResourceScatterAdd", &["h", "i"], WASM0, DT_FLOAT, DT_INT32)),
+            ("an update", scatter_node("u", "ResourceScatterUpdate", &["h", "i", "x"], WASM0, DT_FLOAT, DT_INT32)),
+        ];
+        for (case, node) in cases {
+            let input = graph(&[node]);
+            let scattered = scatter_updates(&input, "WASM").unwrap();
+            assert!(scattered.rewritten.is_empty(), "{case}");
+            assert_eq!(scattered.graph, input, "{case}");
+        }
     }
 
     #[test]

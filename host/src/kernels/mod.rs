@@ -24,6 +24,7 @@
 //! - [`batchnorm`]: FusedBatchNormV3 and its gradient.
 //! - [`movement`]: transpose, concat, slice, tile, pad, gather, …
 //! - [`random`]: the stateless random ops Keras initializers and dropout use.
+//! - [`scatter`]: sparse variable updates, as the graph pass rewrites them.
 //! - [`fused`]: trees of elementwise ops the graph pass fused into one node.
 //! - [`pool`]: the rayon pool the kernels compute on.
 //!
@@ -43,6 +44,7 @@ pub mod nn;
 pub mod pool;
 pub mod random;
 pub mod reduce;
+pub mod scatter;
 pub mod shape;
 pub mod tensor;
 pub mod unary;
@@ -163,6 +165,7 @@ pub fn registry() -> Vec<KernelDef> {
         batchnorm::KERNELS,
         movement::KERNELS,
         random::KERNELS,
+        scatter::KERNELS,
         fused::KERNELS,
     ]
     .concat()

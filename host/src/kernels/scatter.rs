@@ -1,0 +1,164 @@
+//! Sparse updates of a variable: `_TfwasmScatterAdd` / `_TfwasmScatterSub`,
+//! the ops the graph pass turns `ResourceScatterAdd` / `ResourceScatterSub`
+//! into (`graph::updates::scatter_updates`), and kernels for those two that
+//! only say so.
+//!
+//! TensorFlow's scatter kernels update a variable in place through its
+//! internals, which the wheel's C API does not export. Ours take the
+//! variable's value as an ordinary input and return an updated copy, which
+//! the pass assigns back: `y = value`, then `y[indices[i], ...] ±=
+//! updates[i, ...]` for every `i` in order, the same sums in the same order
+//! as the CPU kernel. `updates` has shape `indices.shape + value.shape[1..]`,
+//! or is a scalar added to every indexed row. An index outside
+//! `[0, value.shape[0])` is an error.
+
+use super::{types, DType, Kernel, KernelDef, OpContext};
+use crate::error::Error;
+
+/// Our own ops (registered by `abi::kernels`), made only by the graph pass.
+pub const ADD_OP: &str = "_TfwasmScatterAdd";
+pub const SUB_OP: &str = "_TfwasmScatterSub";
+
+const TYPES: &[(&str, &[DType])] = &[("T", types::F32), ("Tindices", types::INDEX)];
+const RESOURCE_TYPES: &[(&str, &[DType])] = &[("dtype", types::F32), ("Tindices", types::INDEX)];
+
+pub const KERNELS: &[KernelDef] = &[
+    KernelDef::new(ADD_OP, TYPES, |_| Ok(Box::new(Scatter { op: ADD_OP, sub: false }))),
+    KernelDef::new(SUB_OP, TYPES, |_| Ok(Box::new(Scatter { op: SUB_OP, sub: true }))),
+    // Registered so that placement keeps a variable's sparse update on our
+    // device, where the graph pass rewrites it; run as is, they explain.
+    KernelDef::new("ResourceScatterAdd", RESOURCE_TYPES, |_| Ok(Box::new(NotRewritten("ResourceScatterAdd")))),
+    KernelDef::new("ResourceScatterSub", RESOURCE_TYPES, |_| Ok(Box::new(NotRewritten("ResourceScatterSub")))),
+];
+
+struct Scatter {
+    op: &'static str,
+    sub: bool,
+}
+
+impl Kernel for Scatter {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        super::expect_inputs(self.op, ctx, 3)?;
+        let (value, indices, updates) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        let invalid = |message: String| Error::InvalidArgument(format!("{}: {message}", self.op));
+        let Some((&rows, row_shape)) = value.shape().split_first() else {
+            return Err(invalid("the variable must have at least one dimension, it is a scalar".into()));
+        };
+        let expected: Vec<usize> = indices.shape().iter().chain(row_shape).copied().collect();
+        let scalar = updates.rank() == 0;
+        if !scalar && updates.shape() != expected.as_slice() {
+            return Err(invalid(format!(
+                "updates must have shape indices.shape + variable.shape[1:] = {} or be a scalar, got {}",
+                super::ShapeDisplay(&expected),
+                super::ShapeDisplay(updates.shape())
+            )));
+        }
+        let indices = indices.to_i64s()?;
+        if let Some((i, &index)) =
+            indices.iter().enumerate().find(|&(_, &index)| index < 0 || index as u64 >= rows as u64)
+        {
+            return Err(invalid(format!("indices[{i}] = {index} is not in [0, {rows})")));
+        }
+        let mut out = ctx.allocate_output(0, value.shape())?;
+        let out = out.data_mut::<f32>()?;
+        out.copy_from_slice(value.data::<f32>()?);
+        let row_len = row_shape.iter().product::<usize>();
+        let updates = updates.data::<f32>()?;
+        for (i, &index) in indices.iter().enumerate() {
+            let row = &mut out[index as usize * row_len..][..row_len];
+            if scalar {
+                apply(row, std::iter::repeat(updates[0]), self.sub);
+            } else {
+                apply(row, updates[i * row_len..][..row_len].iter().copied(), self.sub);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `row[j] += u[j]` (or `-=`): the CPU kernel's arithmetic, element by element.
+fn apply(row: &mut [f32], updates: impl Iterator<Item = f32>, sub: bool) {
+    if sub {
+        row.iter_mut().zip(updates).for_each(|(x, u)| *x -= u);
+    } else {
+        row.iter_mut().zip(updates).for_each(|(x, u)| *x += u);
+    }
+}
+
+/// A `ResourceScatterAdd/Sub` the graph pass did not rewrite: run eagerly,
+/// or in a graph TensorFlow did not hand to the pass.
+struct NotRewritten(&'static str);
+
+impl Kernel for NotRewritten {
+    fn compute(&self, _ctx: &dyn OpContext) -> Result<(), Error> {
+        Err(Error::Unimplemented(format!(
+            "{op} on the WASM device runs only inside a tf.function, where tfwasm's graph pass turns it into an \
+             assignment of an updated copy; TensorFlow's own {op} needs variable internals its C API does not \
+             export. Call it inside a tf.function, or keep the variable on the CPU (create it under \
+             tf.device(\"/CPU:0\"))",
+            op = self.0
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{LocalContext, Tensor};
+
+    fn run(
+        sub: bool,
+        value: (&[usize], Vec<f32>),
+        indices: Tensor,
+        updates: (&[usize], Vec<f32>),
+    ) -> Result<Vec<f32>, Error> {
+        let kernel = Scatter { op: if sub { SUB_OP } else { ADD_OP }, sub };
+        let inputs = vec![Tensor::from_vec(value.0, value.1)?, indices, Tensor::from_vec(updates.0, updates.1)?];
+        let out = LocalContext::run(&kernel, inputs, &[DType::F32])?.remove(0);
+        Ok(out.data::<f32>()?.to_vec())
+    }
+
+    #[test]
+    fn rows_are_updated_in_order_with_duplicates() {
+        let value = (&[3, 2][..], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let indices = Tensor::from_vec(&[3], vec![2i32, 0, 2]).unwrap();
+        let updates = (&[3, 2][..], vec![0.5, 1.0, 10.0, 20.0, 0.25, 0.125]);
+        let out = run(false, value.clone(), indices, updates.clone()).unwrap();
+        assert_eq!(out, [11.0, 22.0, 3.0, 4.0, 5.75, 7.125]);
+        let indices = Tensor::from_vec(&[3], vec![2i64, 0, 2]).unwrap();
+        let out = run(true, value, indices, updates).unwrap();
+        assert_eq!(out, [-9.0, -18.0, 3.0, 4.0, 4.25, 4.875]);
+    }
+
+    #[test]
+    fn indices_of_any_rank_and_scalar_updates() {
+        let value = (&[4][..], vec![0.0; 4]);
+        let indices = Tensor::from_vec(&[2, 2], vec![3i32, 1, 1, 0]).unwrap();
+        let out = run(false, value.clone(), indices, (&[2, 2], vec![1.0, 2.0, 3.0, 4.0])).unwrap();
+        assert_eq!(out, [4.0, 5.0, 0.0, 1.0]);
+        let indices = Tensor::from_vec(&[2], vec![3i32, 3]).unwrap();
+        assert_eq!(run(true, value.clone(), indices, (&[], vec![1.5])).unwrap(), [0.0, 0.0, 0.0, -3.0]);
+        let empty = Tensor::from_vec(&[0], Vec::<i32>::new()).unwrap();
+        assert_eq!(run(false, value, empty, (&[0], vec![])).unwrap(), [0.0; 4]);
+        // An empty variable with no indices is fine.
+        let empty = Tensor::from_vec(&[0], Vec::<i32>::new()).unwrap();
+        assert!(run(false, (&[0, 3], vec![]), empty, (&[0, 3], vec![])).unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_indices_and_shapes_are_errors_naming_the_op() {
+        let value = (&[3, 2][..], vec![0.0; 6]);
+        let indices = Tensor::from_vec(&[1], vec![3i32]).unwrap();
+        let error = run(false, value.clone(), indices, (&[1, 2], vec![1.0, 1.0])).unwrap_err().to_string();
+        assert!(error.contains(ADD_OP) && error.contains("indices[0] = 3 is not in [0, 3)"), "{error}");
+        let indices = Tensor::from_vec(&[1], vec![-1i64]).unwrap();
+        let error = run(true, value.clone(), indices, (&[1, 2], vec![1.0, 1.0])).unwrap_err().to_string();
+        assert!(error.contains(SUB_OP) && error.contains("indices[0] = -1"), "{error}");
+        let indices = Tensor::from_vec(&[2], vec![0i32, 1]).unwrap();
+        let error = run(false, value.clone(), indices, (&[2, 3], vec![0.0; 6])).unwrap_err().to_string();
+        assert!(error.contains("updates must have shape indices.shape + variable.shape[1:] = [2,2]"), "{error}");
+        let indices = Tensor::from_vec(&[0], Vec::<i32>::new()).unwrap();
+        let error = run(false, (&[], vec![1.0]), indices, (&[], vec![1.0])).unwrap_err().to_string();
+        assert!(error.contains("at least one dimension"), "{error}");
+    }
+}
