@@ -354,17 +354,20 @@ impl ConvOp {
     }
 }
 
-#[derive(Debug)]
-struct ConvKernel {
-    op: ConvOp,
-    strides: [usize; 2],
-    dilations: [usize; 2],
-    padding: Padding,
+/// The window attributes every 2-D convolution reads (`Conv2D`, the
+/// depthwise ops and their backprops), checked the way TensorFlow checks
+/// them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConvWindows {
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    pub padding: Padding,
 }
 
-impl ConvKernel {
-    fn new(op: ConvOp, attrs: &dyn Attrs) -> Result<Self, Error> {
-        let name = op.name();
+impl ConvWindows {
+    /// Reads `strides`, `dilations`, `padding` and `explicit_paddings`, and
+    /// refuses NCHW with `Unimplemented`, as TensorFlow's CPU kernels do.
+    pub(crate) fn from_attrs(name: &str, attrs: &dyn Attrs) -> Result<Self, Error> {
         check_nhwc(name, attrs, true)?;
         let strides = four(name, attrs, "strides", None)?;
         if strides[0] != 1 || strides[3] != 1 {
@@ -381,7 +384,32 @@ impl ConvKernel {
             ));
         }
         let padding = Padding::from_attrs(name, attrs)?;
-        Ok(ConvKernel { op, strides: [strides[1], strides[2]], dilations: [dilations[1], dilations[2]], padding })
+        Ok(ConvWindows { strides: [strides[1], strides[2]], dilations: [dilations[1], dilations[2]], padding })
+    }
+
+    /// The row and column windows for an input of `[height, width]` and a
+    /// filter of `[height, width]`.
+    pub(crate) fn windows(&self, name: &str, input: [usize; 2], filter: [usize; 2]) -> Result<[Window; 2], Error> {
+        let (er, ec) = match self.padding {
+            Padding::Explicit { rows, cols } => (rows, cols),
+            _ => ((0, 0), (0, 0)),
+        };
+        Ok([
+            Window::new(name, input[0], filter[0], self.strides[0], self.dilations[0], self.padding, er)?,
+            Window::new(name, input[1], filter[1], self.strides[1], self.dilations[1], self.padding, ec)?,
+        ])
+    }
+}
+
+#[derive(Debug)]
+struct ConvKernel {
+    op: ConvOp,
+    windows: ConvWindows,
+}
+
+impl ConvKernel {
+    fn new(op: ConvOp, attrs: &dyn Attrs) -> Result<Self, Error> {
+        Ok(ConvKernel { op, windows: ConvWindows::from_attrs(op.name(), attrs)? })
     }
 
     /// Checks input and filter shapes and computes the output geometry.
@@ -418,12 +446,7 @@ impl ConvKernel {
                 ),
             ));
         }
-        let (er, ec) = match self.padding {
-            Padding::Explicit { rows, cols } => (rows, cols),
-            _ => ((0, 0), (0, 0)),
-        };
-        let rows = Window::new(name, ih, kh, self.strides[0], self.dilations[0], self.padding, er)?;
-        let cols = Window::new(name, iw, kw, self.strides[1], self.dilations[1], self.padding, ec)?;
+        let [rows, cols] = self.windows.windows(name, [ih, iw], [kh, kw])?;
         let geom = ConvGeom { n, ic, oc, rows, cols };
         let total = [n, rows.output, cols.output, oc.max(ic)].iter().try_fold(1usize, |a, &b| a.checked_mul(b));
         let k_ok = geom.k().checked_mul(oc).is_some_and(|v| isize::try_from(v).is_ok());
@@ -748,9 +771,9 @@ impl ConvKernel {
                     ShapeDisplay(&grad),
                     ShapeDisplay(&geom.input_shape()),
                     ShapeDisplay(&geom.filter_shape()),
-                    self.strides,
-                    self.dilations,
-                    self.padding,
+                    self.windows.strides,
+                    self.windows.dilations,
+                    self.windows.padding,
                     ShapeDisplay(&expected)
                 ),
             ));
