@@ -1,4 +1,5 @@
-//! float32 NHWC `Conv2D`, its two backprops, and (in [`pooling`]) max and
+//! float32 NHWC `Conv2D`, its two backprops, (in [`depthwise`]) the
+//! depthwise convolution and its backprops, and (in [`pooling`]) max and
 //! average pooling with their gradients.
 //!
 //! Convolution is matrix multiplication on `gemm`: the input patches of a
@@ -21,6 +22,7 @@
 //! kernel refuses NCHW as well). Grouped convolution (input depth a multiple
 //! of the filter depth) is refused the same way.
 
+mod depthwise;
 mod pooling;
 
 use rayon::prelude::*;
@@ -41,6 +43,17 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("Conv2DBackpropFilter", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::BackpropFilter, a)?)))
         .host_memory(&["filter_sizes"])
         .deferrable(),
+    KernelDef::new("DepthwiseConv2dNative", T_F32, |a| {
+        Ok(Box::new(depthwise::DepthwiseKernel::new(depthwise::DepthwiseOp::Forward, a)?))
+    }),
+    KernelDef::new("DepthwiseConv2dNativeBackpropInput", T_F32, |a| {
+        Ok(Box::new(depthwise::DepthwiseKernel::new(depthwise::DepthwiseOp::BackpropInput, a)?))
+    })
+    .host_memory(&["input_sizes"]),
+    KernelDef::new("DepthwiseConv2dNativeBackpropFilter", T_F32, |a| {
+        Ok(Box::new(depthwise::DepthwiseKernel::new(depthwise::DepthwiseOp::BackpropFilter, a)?))
+    })
+    .host_memory(&["filter_sizes"]),
     KernelDef::new("MaxPool", T_F32, |a| Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::MaxPool, a)?))),
     KernelDef::new("MaxPoolGrad", T_F32, |a| Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::MaxPoolGrad, a)?))),
     KernelDef::new("AvgPool", T_F32, |a| Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::AvgPool, a)?))),
