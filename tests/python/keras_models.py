@@ -4,7 +4,7 @@ Plain Keras 3, nothing tfwasm-specific: the point is that a user's program
 runs unchanged. Used as a script (one training run, results as JSON on the
 last line of stdout) and as a module (the benchmarks build the same models).
 
-    python keras_models.py --model mlp|cnn|rnn|transformer|embedding [--epochs 3]
+    python keras_models.py --model mlp|cnn|separable|rnn|transformer|embedding [--epochs 3]
                            [--jit false|default] [--optimizer adam|sgd|rmsprop|...]
 
 Placement is left to TensorFlow, which puts every op with a WASM kernel on
@@ -86,6 +86,18 @@ def build(model: str):
         # A recurrence: TensorFlow runs it as a while loop whose state it
         # copies within the device between steps.
         net = keras.Sequential([keras.Input((12, 4)), layers.SimpleRNN(16), layers.Dense(10)])
+    elif model == "separable":
+        # Depthwise convolutions (DepthwiseConv2dNative and both backprops):
+        # one multiplier per channel, then 2 per channel with a stride.
+        net = keras.Sequential([
+            keras.Input((28, 28, 1)),
+            layers.Conv2D(8, 3, activation="relu", padding="same"),
+            layers.DepthwiseConv2D(3, activation="relu"),
+            layers.SeparableConv2D(16, 3, strides=2, depth_multiplier=2, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dense(10),
+        ])
     else:
         net = keras.Sequential([
             keras.Input((28, 28, 1)),
@@ -114,7 +126,7 @@ def compile_model(net, jit_compile, optimizer="adam"):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn", "rnn", "transformer", "embedding"], required=True)
+    parser.add_argument("--model", choices=["mlp", "cnn", "separable", "rnn", "transformer", "embedding"], required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--jit", choices=["false", "default"], default="false")
     parser.add_argument("--optimizer", default="adam", help="a Keras optimizer name")

@@ -1,4 +1,5 @@
-"""Conv2D (+ backprops), pooling (+ gradients) and FusedBatchNormV3 (+ gradient) on WASM vs TF's CPU.
+"""Conv2D and DepthwiseConv2dNative (+ backprops), pooling (+ gradients) and
+FusedBatchNormV3 (+ gradient) on WASM vs TF's CPU.
 
 Every op runs eagerly and inside a tf.function pinned to the WASM device
 (soft placement off, so a missing kernel fails instead of falling back to the
@@ -139,6 +140,138 @@ def test_conv2d_shape_errors(tf):
     with pytest.raises(tf.errors.InvalidArgumentError):
         with tf.device(WASM):
             tf.raw_ops.Conv2D(input=x, filter=w, strides=[1, 1, 1, 1], padding="SAME")
+
+
+# ------------------------------------------------------------- depthwise
+
+DEPTHWISE_CASES = [
+    # input, filter [kh, kw, channels, multiplier], strides, padding, dilations
+    pytest.param([1, 1, 1, 1], [1, 1, 1, 1], 1, "VALID", 1, id="1x1-single"),
+    pytest.param([2, 1, 1, 2], [1, 1, 2, 3], 1, "SAME", 1, id="1x1-multiplier3"),
+    pytest.param([2, 7, 5, 3], [3, 3, 3, 1], 1, "SAME", 1, id="primes-same"),
+    pytest.param([2, 7, 5, 3], [3, 3, 3, 3], 1, "VALID", 1, id="primes-valid-multiplier3"),
+    pytest.param([2, 9, 8, 5], [4, 2, 5, 2], 1, "SAME", 1, id="even-kernel"),
+    pytest.param([2, 13, 11, 3], [3, 3, 3, 1], 2, "SAME", 1, id="stride2-same"),
+    pytest.param([2, 13, 11, 3], [3, 3, 3, 2], 2, "VALID", 1, id="stride2-valid-multiplier2"),
+    pytest.param([2, 6, 5, 2], [3, 2, 2, 3], 2, [[0, 0], [1, 2], [0, 3], [0, 0]], 1, id="explicit"),
+    pytest.param([1, 13, 11, 3], [3, 3, 3, 2], 1, "SAME", 2, id="dilation2-same"),
+    pytest.param([1, 13, 11, 3], [3, 2, 3, 1], 1, "VALID", [2, 3], id="dilation23-valid"),
+    pytest.param([0, 7, 7, 3], [3, 3, 3, 1], 1, "SAME", 1, id="batch0"),
+    pytest.param([2, 5, 5, 0], [3, 3, 0, 2], 1, "SAME", 1, id="channels0"),
+    pytest.param([2, 0, 5, 3], [3, 3, 3, 1], 1, "SAME", 1, id="height0"),
+    pytest.param([4, 28, 28, 32], [3, 3, 32, 1], 1, "SAME", 1, id="mobilenet"),
+    pytest.param([4, 29, 29, 8], [3, 3, 8, 4], 2, "SAME", 1, id="multiplier4-stride2"),
+]
+
+
+def four(value):
+    """A strides/dilations argument as the raw op's 4 values."""
+    rows, cols = (value, value) if np.isscalar(value) else value
+    return [1, rows, cols, 1]
+
+
+def depthwise(tf, strides, padding, dilations):
+    """The raw op (``tf.nn.depthwise_conv2d`` turns dilations into
+    SpaceToBatchND, which has no WASM kernel); its registered gradient
+    calls both backprops."""
+    if isinstance(padding, str):
+        pads = {"padding": padding}
+    else:
+        pads = {"padding": "EXPLICIT", "explicit_paddings": [p for pair in padding for p in pair]}
+    return lambda a, b: tf.raw_ops.DepthwiseConv2dNative(
+        input=a, filter=b, strides=four(strides), dilations=four(dilations), **pads
+    )
+
+
+@pytest.mark.parametrize("input_shape,filter_shape,strides,padding,dilations", DEPTHWISE_CASES)
+def test_depthwise_conv2d_and_gradients(tf, mode, input_shape, filter_shape, strides, padding, dilations):
+    x = tf.constant(data(input_shape, 31))
+    w_np = data(filter_shape, 32, scale=1.0)
+    w = tf.constant(w_np)
+    op = depthwise(tf, strides, padding, dilations)
+    if dilations == 1:
+        y_cpu = on_cpu(tf, op, x, w)
+        dy = tf.constant(data(y_cpu.shape, 33))
+        expected = list(on_cpu(tf, with_grads(tf, op), x, w, dy))
+    else:
+        # The CPU forward refuses dilations > 1 and its backprops ignore
+        # them: a zero-stuffed filter gives the reference.
+        stuffed, (dh, dw) = dilate(w_np, dilations)
+        plain = depthwise(tf, strides, padding, 1)
+        dy = tf.constant(data(on_cpu(tf, plain, x, tf.constant(stuffed)).shape, 33))
+        y, dx, dw_full = on_cpu(tf, with_grads(tf, plain), x, tf.constant(stuffed), dy)
+        expected = [y, dx, dw_full[::dh, ::dw]]
+    if not np.asarray(dy).size:
+        # No output terms: the CPU leaves the filter gradient uninitialised;
+        # it is a sum of nothing.
+        expected[2] = np.zeros(filter_shape, np.float32)
+    got = run(tf, mode, with_grads(tf, op), x, w, dy)
+    for name, g, e in zip(["depthwise", "d_input", "d_filter"], got, expected):
+        if mode == "eager":
+            assert on_wasm(g), f"{name} ran on {g.device}"
+        close(g.numpy(), np.asarray(e), what=name)
+
+
+def test_depthwise_unequal_strides_beyond_cpu(tf, mode):
+    """Row and column strides may differ on WASM (the CPU refuses). With
+    VALID padding a strided convolution is the stride-1 one sampled, so the
+    reference is the CPU's stride-1 op, its output gradient zero-stuffed."""
+    x = tf.constant(data([2, 11, 9, 3], 34))
+    w = tf.constant(data([3, 2, 3, 2], 35, scale=1.0))
+    op = depthwise(tf, [2, 3], "VALID", 1)
+    plain = depthwise(tf, 1, "VALID", 1)
+    full = on_cpu(tf, plain, x, w).numpy()
+    dy_np = data(full[:, ::2, ::3].shape, 36)
+    dy_full = np.zeros(full.shape, np.float32)
+    dy_full[:, ::2, ::3] = dy_np
+    _, dx, dw = on_cpu(tf, with_grads(tf, plain), x, w, tf.constant(dy_full))
+    expected = [full[:, ::2, ::3], dx, dw]
+    got = run(tf, mode, with_grads(tf, op), x, w, tf.constant(dy_np))
+    for name, g, e in zip(["depthwise", "d_input", "d_filter"], got, expected):
+        close(g.numpy(), np.asarray(e), what=name)
+
+
+def test_depthwise_backprops_as_raw_ops(tf, mode):
+    x = tf.constant(data([2, 9, 7, 3], 37))
+    w = tf.constant(data([3, 2, 3, 2], 38, scale=1.0))
+    dy = tf.constant(data([2, 5, 4, 6], 39))
+    kw = dict(strides=[1, 2, 2, 1], padding="SAME")
+
+    def both(x, w, dy):
+        dx = tf.raw_ops.DepthwiseConv2dNativeBackpropInput(
+            input_sizes=tf.constant([2, 9, 7, 3]), filter=w, out_backprop=dy, **kw
+        )
+        dw = tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
+            input=x, filter_sizes=tf.constant([3, 2, 3, 2]), out_backprop=dy, **kw
+        )
+        return dx, dw
+
+    expected = on_cpu(tf, both, x, w, dy)
+    got = run(tf, mode, both, x, w, dy)
+    for g, e in zip(got, expected):
+        close(g.numpy(), e.numpy())
+
+
+def test_depthwise_nchw_is_refused_like_cpu(tf):
+    x = tf.constant(data([1, 3, 5, 5], 1))
+    w = tf.constant(data([3, 3, 3, 1], 2))
+    with pytest.raises(tf.errors.UnimplementedError, match="NHWC"):
+        with tf.device(WASM):
+            tf.raw_ops.DepthwiseConv2dNative(input=x, filter=w, strides=[1, 1, 1, 1], padding="SAME", data_format="NCHW")
+
+
+def test_depthwise_shape_errors(tf):
+    x = tf.constant(data([1, 5, 5, 2], 1))
+    w = tf.constant(data([3, 3, 3, 1], 2))
+    dy = tf.constant(data([1, 5, 5, 2], 3))
+    kw = dict(strides=[1, 1, 1, 1], padding="SAME")
+    with tf.device(WASM):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="DepthwiseConv2dNative: input and filter must have the same depth"):
+            tf.raw_ops.DepthwiseConv2dNative(input=x, filter=w, **kw)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="DepthwiseConv2dNativeBackpropInput: .*same depth"):
+            tf.raw_ops.DepthwiseConv2dNativeBackpropInput(input_sizes=tf.constant([1, 5, 5, 2]), filter=w, out_backprop=dy, **kw)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="DepthwiseConv2dNativeBackpropFilter: out_backprop"):
+            tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(input=x, filter_sizes=tf.constant([3, 3, 2, 2]), out_backprop=dy, **kw)
 
 
 # --------------------------------------------------------------- pooling

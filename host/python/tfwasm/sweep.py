@@ -398,6 +398,64 @@ def conv_filter_grad_cases(tf, rng):
     ]
 
 
+DEPTHWISE_CASES = [
+    # input, filter [kh, kw, channels, multiplier], strides, padding (the CPU
+    # refuses dilations > 1 and unequal strides; the unit tests cover them)
+    ((1, 1, 1, 1), (1, 1, 1, 1), [1, 1, 1, 1], "VALID"),
+    ((2, 9, 11, 3), (3, 3, 3, 1), [1, 1, 1, 1], "SAME"),
+    ((2, 9, 11, 3), (3, 3, 3, 2), [1, 1, 1, 1], "VALID"),
+    ((2, 9, 11, 3), (3, 3, 3, 1), [1, 2, 2, 1], "SAME"),
+    ((1, 13, 7, 5), (2, 4, 5, 3), [1, 3, 3, 1], "SAME"),
+    ((2, 6, 5, 2), (3, 2, 2, 3), [1, 2, 2, 1], [0, 0, 1, 2, 0, 3, 0, 0]),
+    ((0, 5, 5, 2), (3, 3, 2, 1), [1, 1, 1, 1], "SAME"),
+    ((2, 5, 5, 0), (3, 3, 0, 2), [1, 1, 1, 1], "SAME"),
+    ((32, 28, 28, 16), (3, 3, 16, 1), [1, 1, 1, 1], "SAME"),
+]
+
+
+def depthwise_attrs(s, p):
+    if isinstance(p, list):
+        return {"strides": s, "padding": "EXPLICIT", "explicit_paddings": p}
+    return {"strides": s, "padding": p}
+
+
+def depthwise_cases(tf, rng):
+    return [Case({"input": f32(rng, i), "filter": f32(rng, f), **depthwise_attrs(s, p)}) for i, f, s, p in DEPTHWISE_CASES]
+
+
+def depthwise_output_shape(tf, i, f, s, p):
+    with tf.device("/CPU:0"):
+        zeros = tf.raw_ops.DepthwiseConv2dNative(
+            input=np.zeros(i, np.float32), filter=np.zeros(f, np.float32), **depthwise_attrs(s, p)
+        )
+        return tuple(zeros.shape)
+
+
+def depthwise_input_grad_cases(tf, rng):
+    return [
+        Case({
+            "input_sizes": np.array(i, np.int32), "filter": f32(rng, f),
+            "out_backprop": f32(rng, depthwise_output_shape(tf, i, f, s, p)), **depthwise_attrs(s, p),
+        })
+        for i, f, s, p in DEPTHWISE_CASES
+    ]
+
+
+# TensorFlow's CPU kernel leaves the filter gradient of an empty batch
+# uninitialised (tfwasm returns zeros), so that case has no reference there.
+DEPTHWISE_FILTER_GRAD_CASES = [c for c in DEPTHWISE_CASES if c[0][0] > 0]
+
+
+def depthwise_filter_grad_cases(tf, rng):
+    return [
+        Case({
+            "input": f32(rng, i), "filter_sizes": np.array(f, np.int32),
+            "out_backprop": f32(rng, depthwise_output_shape(tf, i, f, s, p)), **depthwise_attrs(s, p),
+        })
+        for i, f, s, p in DEPTHWISE_FILTER_GRAD_CASES
+    ]
+
+
 POOL_CASES = [
     ((2, 9, 11, 3), [1, 2, 2, 1], [1, 2, 2, 1], "VALID"),
     ((2, 9, 11, 3), [1, 2, 2, 1], [1, 2, 2, 1], "SAME"),
@@ -821,6 +879,9 @@ SPECS: dict[str, Spec] = {
     "Conv2D": Spec(conv_cases, PRODUCT),
     "Conv2DBackpropInput": Spec(conv_input_grad_cases, PRODUCT),
     "Conv2DBackpropFilter": Spec(conv_filter_grad_cases, PRODUCT),
+    "DepthwiseConv2dNative": Spec(depthwise_cases, PRODUCT),
+    "DepthwiseConv2dNativeBackpropInput": Spec(depthwise_input_grad_cases, PRODUCT),
+    "DepthwiseConv2dNativeBackpropFilter": Spec(depthwise_filter_grad_cases, PRODUCT),
     "MaxPool": Spec(pool_cases("input"), EXACT),
     "MaxPoolGrad": Spec(max_pool_grad_cases, EXACT),
     "AvgPool": Spec(pool_cases("value"), REDUCTION),

@@ -1,4 +1,5 @@
-//! float32 NHWC `Conv2D`, its two backprops, and (in [`pooling`]) max and
+//! float32 NHWC `Conv2D`, its two backprops, (in [`depthwise`]) the
+//! depthwise convolution and its backprops, and (in [`pooling`]) max and
 //! average pooling with their gradients.
 //!
 //! Convolution is matrix multiplication on `gemm`: the input patches of a
@@ -21,6 +22,7 @@
 //! kernel refuses NCHW as well). Grouped convolution (input depth a multiple
 //! of the filter depth) is refused the same way.
 
+mod depthwise;
 mod pooling;
 
 use rayon::prelude::*;
@@ -41,6 +43,17 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("Conv2DBackpropFilter", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::BackpropFilter, a)?)))
         .host_memory(&["filter_sizes"])
         .deferrable(),
+    KernelDef::new("DepthwiseConv2dNative", T_F32, |a| {
+        Ok(Box::new(depthwise::DepthwiseKernel::new(depthwise::DepthwiseOp::Forward, a)?))
+    }),
+    KernelDef::new("DepthwiseConv2dNativeBackpropInput", T_F32, |a| {
+        Ok(Box::new(depthwise::DepthwiseKernel::new(depthwise::DepthwiseOp::BackpropInput, a)?))
+    })
+    .host_memory(&["input_sizes"]),
+    KernelDef::new("DepthwiseConv2dNativeBackpropFilter", T_F32, |a| {
+        Ok(Box::new(depthwise::DepthwiseKernel::new(depthwise::DepthwiseOp::BackpropFilter, a)?))
+    })
+    .host_memory(&["filter_sizes"]),
     KernelDef::new("MaxPool", T_F32, |a| Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::MaxPool, a)?))),
     KernelDef::new("MaxPoolGrad", T_F32, |a| Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::MaxPoolGrad, a)?))),
     KernelDef::new("AvgPool", T_F32, |a| Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::AvgPool, a)?))),
@@ -354,17 +367,20 @@ impl ConvOp {
     }
 }
 
-#[derive(Debug)]
-struct ConvKernel {
-    op: ConvOp,
-    strides: [usize; 2],
-    dilations: [usize; 2],
-    padding: Padding,
+/// The window attributes every 2-D convolution reads (`Conv2D`, the
+/// depthwise ops and their backprops), checked the way TensorFlow checks
+/// them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConvWindows {
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    pub padding: Padding,
 }
 
-impl ConvKernel {
-    fn new(op: ConvOp, attrs: &dyn Attrs) -> Result<Self, Error> {
-        let name = op.name();
+impl ConvWindows {
+    /// Reads `strides`, `dilations`, `padding` and `explicit_paddings`, and
+    /// refuses NCHW with `Unimplemented`, as TensorFlow's CPU kernels do.
+    pub(crate) fn from_attrs(name: &str, attrs: &dyn Attrs) -> Result<Self, Error> {
         check_nhwc(name, attrs, true)?;
         let strides = four(name, attrs, "strides", None)?;
         if strides[0] != 1 || strides[3] != 1 {
@@ -381,7 +397,32 @@ impl ConvKernel {
             ));
         }
         let padding = Padding::from_attrs(name, attrs)?;
-        Ok(ConvKernel { op, strides: [strides[1], strides[2]], dilations: [dilations[1], dilations[2]], padding })
+        Ok(ConvWindows { strides: [strides[1], strides[2]], dilations: [dilations[1], dilations[2]], padding })
+    }
+
+    /// The row and column windows for an input of `[height, width]` and a
+    /// filter of `[height, width]`.
+    pub(crate) fn windows(&self, name: &str, input: [usize; 2], filter: [usize; 2]) -> Result<[Window; 2], Error> {
+        let (er, ec) = match self.padding {
+            Padding::Explicit { rows, cols } => (rows, cols),
+            _ => ((0, 0), (0, 0)),
+        };
+        Ok([
+            Window::new(name, input[0], filter[0], self.strides[0], self.dilations[0], self.padding, er)?,
+            Window::new(name, input[1], filter[1], self.strides[1], self.dilations[1], self.padding, ec)?,
+        ])
+    }
+}
+
+#[derive(Debug)]
+struct ConvKernel {
+    op: ConvOp,
+    windows: ConvWindows,
+}
+
+impl ConvKernel {
+    fn new(op: ConvOp, attrs: &dyn Attrs) -> Result<Self, Error> {
+        Ok(ConvKernel { op, windows: ConvWindows::from_attrs(op.name(), attrs)? })
     }
 
     /// Checks input and filter shapes and computes the output geometry.
@@ -418,12 +459,7 @@ impl ConvKernel {
                 ),
             ));
         }
-        let (er, ec) = match self.padding {
-            Padding::Explicit { rows, cols } => (rows, cols),
-            _ => ((0, 0), (0, 0)),
-        };
-        let rows = Window::new(name, ih, kh, self.strides[0], self.dilations[0], self.padding, er)?;
-        let cols = Window::new(name, iw, kw, self.strides[1], self.dilations[1], self.padding, ec)?;
+        let [rows, cols] = self.windows.windows(name, [ih, iw], [kh, kw])?;
         let geom = ConvGeom { n, ic, oc, rows, cols };
         let total = [n, rows.output, cols.output, oc.max(ic)].iter().try_fold(1usize, |a, &b| a.checked_mul(b));
         let k_ok = geom.k().checked_mul(oc).is_some_and(|v| isize::try_from(v).is_ok());
@@ -748,9 +784,9 @@ impl ConvKernel {
                     ShapeDisplay(&grad),
                     ShapeDisplay(&geom.input_shape()),
                     ShapeDisplay(&geom.filter_shape()),
-                    self.strides,
-                    self.dilations,
-                    self.padding,
+                    self.windows.strides,
+                    self.windows.dilations,
+                    self.windows.padding,
                     ShapeDisplay(&expected)
                 ),
             ));

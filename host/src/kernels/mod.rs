@@ -20,7 +20,8 @@
 //! - [`matmul`]: MatMul, BatchMatMulV2 and BiasAdd(Grad) on `gemm`.
 //! - [`einsum`]: Einsum, as transposes, sums and one batched product.
 //! - [`nn`]: softmax and the cross-entropy losses.
-//! - [`conv`]: Conv2D and its backprops, pooling and its gradients.
+//! - [`conv`]: Conv2D, the depthwise convolution and their backprops, pooling
+//!   and its gradients.
 //! - [`batchnorm`]: FusedBatchNormV3 and its gradient.
 //! - [`movement`]: transpose, concat, slice, tile, pad, gather, …
 //! - [`random`]: the stateless random ops Keras initializers and dropout use.
@@ -86,13 +87,14 @@ pub struct KernelDef {
     /// Whether a large execution (at least [`DEFER_MIN_INPUT_BYTES`] of
     /// inputs) may finish after TensorFlow's compute callback returned, on
     /// the compute pool, so the executor runs other ready nodes meanwhile
-    /// (see `abi::kernels::compute_kernel_async`). Only the convolutions
-    /// are: TensorFlow dispatches every node that an asynchronous kernel
-    /// makes ready to its inter-op pool, also after an execution that
-    /// finished before returning, so registering an op this way costs a
-    /// thread hand-off per execution in a graph (and ~1.5 µs per eager
+    /// (see `abi::kernels::compute_kernel_async`). Only `Conv2D` and its
+    /// backprops are: TensorFlow dispatches every node that an asynchronous
+    /// kernel makes ready to its inter-op pool, also after an execution
+    /// that finished before returning, so registering an op this way costs
+    /// a thread hand-off per execution in a graph (and ~1.5 µs per eager
     /// call). For products and fused elementwise nodes that cost more than
-    /// the overlap won (`docs/architecture.md`, "deferred").
+    /// the overlap won (`docs/architecture.md`, "deferred"); for the
+    /// depthwise convolutions it has not been measured.
     pub deferrable: bool,
     pub build: BuildFn,
 }

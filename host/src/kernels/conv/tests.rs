@@ -60,19 +60,20 @@ fn build(op: &str, attrs: &TestAttrs) -> Result<Box<dyn Kernel>, Error> {
     (def.build)(attrs)
 }
 
+/// One convolution's shapes and attributes (the depthwise tests use it too).
 #[derive(Debug, Clone, Copy)]
-struct Case {
-    input: [usize; 4],
-    filter: [usize; 4],
-    strides: [usize; 2],
-    dilations: [usize; 2],
+pub(super) struct Case {
+    pub(super) input: [usize; 4],
+    pub(super) filter: [usize; 4],
+    pub(super) strides: [usize; 2],
+    pub(super) dilations: [usize; 2],
     /// "SAME", "VALID" or "EXPLICIT" (then `explicit` holds t, b, l, r).
-    padding: &'static str,
-    explicit: [usize; 4],
+    pub(super) padding: &'static str,
+    pub(super) explicit: [usize; 4],
 }
 
 impl Case {
-    fn attrs(&self) -> TestAttrs {
+    pub(super) fn attrs(&self) -> TestAttrs {
         let s = |v: usize| v as i64;
         let mut attrs = TestAttrs::default()
             .ints("strides", &[1, s(self.strides[0]), s(self.strides[1]), 1])
@@ -87,7 +88,7 @@ impl Case {
     }
 
     /// Output size and padding before, per TensorFlow's documented formulas.
-    fn dim(&self, axis: usize) -> (usize, usize) {
+    pub(super) fn dim(&self, axis: usize) -> (usize, usize) {
         let input = self.input[1 + axis] as i64;
         let eff = ((self.filter[axis] as i64) - 1) * self.dilations[axis] as i64 + 1;
         let s = self.strides[axis] as i64;
@@ -192,7 +193,7 @@ fn compare(op: &str, case: &Case, got: &[f32], want: &[f64]) {
     }
 }
 
-fn case(
+pub(super) fn case(
     input: [usize; 4],
     filter: [usize; 4],
     strides: [usize; 2],
