@@ -4,7 +4,7 @@ Plain Keras 3, nothing tfwasm-specific: the point is that a user's program
 runs unchanged. Used as a script (one training run, results as JSON on the
 last line of stdout) and as a module (the benchmarks build the same models).
 
-    python keras_models.py --model mlp|cnn|rnn [--epochs 3] [--jit false|default]
+    python keras_models.py --model mlp|cnn|rnn|embedding [--epochs 3] [--jit false|default]
 
 Placement is left to TensorFlow, which puts every op with a WASM kernel on
 the WASM device. The CPU reference run uses a policy with
@@ -23,6 +23,8 @@ import sys
 SEED = 1234
 SAMPLES = 512
 BATCH = 32
+#: The embedding model's vocabulary and sequence length.
+VOCAB, SEQUENCE = 50, 10
 
 
 def data(model: str):
@@ -33,6 +35,10 @@ def data(model: str):
         x = rng.standard_normal((SAMPLES, 20)).astype(np.float32)
         w = rng.standard_normal((20, 10)).astype(np.float32)
         y = np.argmax(x @ w + 0.5 * rng.standard_normal((SAMPLES, 10)), axis=1).astype(np.int64)
+    elif model == "embedding":
+        # Token sequences, labelled by whether low tokens outnumber high ones.
+        x = rng.integers(0, VOCAB, size=(SAMPLES, SEQUENCE)).astype(np.int64)
+        y = ((x < VOCAB // 2).sum(axis=1) > SEQUENCE // 2).astype(np.float32)
     elif model == "rnn":
         x = rng.standard_normal((SAMPLES, 12, 4)).astype(np.float32)
         y = (np.cumsum(x[:, :, 0], axis=1)[:, -1] > 0).astype(np.int64) + 2 * (x[:, -1, 1] > 0)
@@ -53,6 +59,16 @@ def build(model: str):
             layers.Dense(64, activation="relu"),
             layers.Dense(10),
         ])
+    elif model == "embedding":
+        # Adam densifies the Embedding's sparse gradient (UnsortedSegmentSum);
+        # `ops.take` wraps negative ids (int SelectV2); the sigmoid output's
+        # binary cross-entropy is computed from its logits (Select).
+        net = keras.Sequential([
+            keras.Input((SEQUENCE,), dtype="int64"),
+            layers.Embedding(VOCAB, 8),
+            layers.GlobalAveragePooling1D(),
+            layers.Dense(1, activation="sigmoid"),
+        ])
     elif model == "rnn":
         # A recurrence: TensorFlow runs it as a while loop whose state it
         # copies within the device between steps.
@@ -71,21 +87,20 @@ def build(model: str):
     return net
 
 
-def compile_model(net, jit_compile):
+def compile_model(net, jit_compile, model="mlp"):
     import keras
 
     kwargs = {} if jit_compile == "default" else {"jit_compile": jit_compile}
-    net.compile(
-        optimizer="adam",
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-        **kwargs,
-    )
+    if model == "embedding":
+        loss = "binary_crossentropy"
+    else:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    net.compile(optimizer="adam", loss=loss, metrics=["accuracy"], **kwargs)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn", "rnn"], required=True)
+    parser.add_argument("--model", choices=["mlp", "cnn", "rnn", "embedding"], required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--jit", choices=["false", "default"], default="false")
     args = parser.parse_args(argv)
@@ -97,7 +112,7 @@ def main(argv=None) -> None:
     keras.utils.set_random_seed(SEED)
     x, y = data(args.model)
     net = build(args.model)
-    compile_model(net, False if args.jit == "false" else "default")
+    compile_model(net, False if args.jit == "false" else "default", args.model)
     history = net.fit(x, y, batch_size=BATCH, epochs=args.epochs, shuffle=False, verbose=0)
     weights_device = net.trainable_variables[0].value.device
     result = {
