@@ -24,7 +24,10 @@ import sys
 SEED = 1234
 SAMPLES = 512
 BATCH = 32
+#: The transformer model's vocabulary.
 TOKENS = 200
+#: The embedding model's vocabulary and sequence length.
+VOCAB, SEQUENCE = 50, 10
 
 
 def data(model: str):
@@ -40,9 +43,9 @@ def data(model: str):
         x = rng.integers(0, TOKENS, (SAMPLES, 16)).astype(np.int32)
         y = np.array([np.bincount(row * 5 // TOKENS, minlength=5).argmax() for row in x], np.int64)
     elif model == "embedding":
-        # Token sequences; the class is whether low tokens outnumber high ones.
-        x = rng.integers(0, TOKENS, (SAMPLES, 10)).astype(np.int32)
-        y = ((x < TOKENS // 2).sum(axis=1) > 5).astype(np.int64)
+        # Token sequences, labelled by whether low tokens outnumber high ones.
+        x = rng.integers(0, VOCAB, size=(SAMPLES, SEQUENCE)).astype(np.int64)
+        y = ((x < VOCAB // 2).sum(axis=1) > SEQUENCE // 2).astype(np.float32)
     elif model == "rnn":
         x = rng.standard_normal((SAMPLES, 12, 4)).astype(np.float32)
         y = (np.cumsum(x[:, :, 0], axis=1)[:, -1] > 0).astype(np.int64) + 2 * (x[:, -1, 1] > 0)
@@ -74,13 +77,16 @@ def build(model: str):
         h = layers.LayerNormalization()(h + layers.Dropout(0.1)(f))
         net = keras.Model(inputs, layers.Dense(5)(layers.GlobalAveragePooling1D()(h)))
     elif model == "embedding":
-        # An embedding's gradient is sparse: optimizers that apply it as is
-        # (SGD, RMSprop, Adagrad, Adadelta) update the table with scatters.
+        # Adam densifies the Embedding's sparse gradient (UnsortedSegmentSum),
+        # plain SGD, RMSprop, Adagrad and Adadelta scatter it into the table
+        # (ResourceScatterSub/Add, see --optimizer); `ops.take` wraps
+        # negative ids (int SelectV2); the sigmoid output's binary
+        # cross-entropy is computed from its logits (Select).
         net = keras.Sequential([
-            keras.Input((10,), dtype="int32"),
-            layers.Embedding(TOKENS, 8),
+            keras.Input((SEQUENCE,), dtype="int64"),
+            layers.Embedding(VOCAB, 8),
             layers.GlobalAveragePooling1D(),
-            layers.Dense(2),
+            layers.Dense(1, activation="sigmoid"),
         ])
     elif model == "rnn":
         # A recurrence: TensorFlow runs it as a while loop whose state it
@@ -112,16 +118,15 @@ def build(model: str):
     return net
 
 
-def compile_model(net, jit_compile, optimizer="adam"):
+def compile_model(net, jit_compile, model="mlp", optimizer="adam"):
     import keras
 
     kwargs = {} if jit_compile == "default" else {"jit_compile": jit_compile}
-    net.compile(
-        optimizer=optimizer,
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-        **kwargs,
-    )
+    if model == "embedding":
+        loss = "binary_crossentropy"
+    else:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    net.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"], **kwargs)
 
 
 def main(argv=None) -> None:
@@ -139,7 +144,7 @@ def main(argv=None) -> None:
     keras.utils.set_random_seed(SEED)
     x, y = data(args.model)
     net = build(args.model)
-    compile_model(net, False if args.jit == "false" else "default", args.optimizer)
+    compile_model(net, False if args.jit == "false" else "default", args.model, args.optimizer)
     history = net.fit(x, y, batch_size=BATCH, epochs=args.epochs, shuffle=False, verbose=0)
     weights_device = net.trainable_variables[0].value.device
     result = {

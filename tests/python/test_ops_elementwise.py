@@ -2,16 +2,18 @@
 
 Tolerances: ops that are one IEEE operation per element (add, mul, div, max,
 relu, floor, casts, comparisons, …) must match exactly; transcendental ones
-(exp, log, tanh, sigmoid, erf, softplus, pow, …) use the C library where TF's
-CPU kernels use Eigen's vectorised approximations, so they are compared with
-rtol=1e-5 and atol=1e-6 (elu/selu/expm1-like ``exp(x) - 1`` cancels near 0,
-hence the absolute part).
+(exp, log, tanh, sigmoid, erf, erfc, softplus, pow, …) use the C library
+where TF's CPU kernels use Eigen's vectorised approximations, so they are
+compared with rtol=1e-5 and atol=1e-6 (elu/selu/expm1-like ``exp(x) - 1``
+cancels near 0, hence the absolute part).
 """
+
+import math
 
 import numpy as np
 import pytest
 
-from tfwasm_support import WASM, binary_shapes, on_wasm, run_on_wasm
+from tfwasm_support import WASM, binary_shapes, on_wasm, ops_on_wasm, run_on_wasm
 from tfwasm_support import random_data as data
 
 CPU = "/device:CPU:0"
@@ -161,6 +163,80 @@ def test_select_v2_incompatible(tf):
             tf.raw_ops.SelectV2(condition=tf.ones([2, 3], tf.bool), t=tf.ones([4]), e=tf.constant(1.0))
 
 
+@pytest.mark.parametrize(
+    "c_shape,shape",
+    [
+        ([7, 13], [7, 13]),
+        ([0, 3], [0, 3]),
+        ([1, 1], [1, 1]),
+        ([7], [7]),
+        ([7], [7, 13]),
+        ([3], [3, 5, 2]),
+        ([0], [0, 4]),
+        ([2], [2, 0]),
+        ([301], [301, 257]),
+        ([], [7, 13]),
+        ([], []),
+    ],
+    ids=["same", "same-empty", "1x1", "vectors", "rows", "rows-3d", "rows-empty", "rows-of-nothing", "rows-large", "scalar", "scalars"],
+)
+def test_select_v1(tf, mode, c_shape, shape):
+    c, t, e = data(c_shape, 22) > 0.3, data(shape, 23), data(shape, 24)
+    compare(tf, mode, lambda c, t, e: tf.raw_ops.Select(condition=c, x=t, y=e), [c, t, e], exact=True)
+
+
+@pytest.mark.parametrize(
+    "c_shape,t_shape,e_shape",
+    [
+        ([3], [2, 3], [2, 3]),  # one condition per row, wrong count
+        ([2], [2, 3], [1, 3]),  # then and else differ
+        ([], [2, 3], [3]),
+        ([1], [], []),  # a vector condition for a scalar
+        ([2, 1], [2, 3], [2, 3]),  # no broadcasting
+        ([2], [3], [3]),
+    ],
+)
+def test_select_v1_rejects_what_the_cpu_rejects(tf, c_shape, t_shape, e_shape):
+    args = dict(condition=np.ones(c_shape, np.bool_), x=np.ones(t_shape, np.float32), y=np.ones(e_shape, np.float32))
+    for device in (CPU, WASM):
+        with tf.device(device), pytest.raises(tf.errors.InvalidArgumentError):
+            tf.raw_ops.Select(**args)
+
+
+def loss_and_gradient(tf, loss, device):
+    """A tf.function of ``(x, labels)`` → ``(Σ loss·w, d/dx)`` for fixed
+    weights ``w`` of both signs, pinned to ``device``."""
+
+    @tf.function
+    def run(x, labels):
+        weights = tf.constant(np.linspace(-1.0, 1.0, x.shape.num_elements(), dtype=np.float32).reshape(x.shape))
+        with tf.device(device):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = tf.reduce_sum(loss(x, labels) * weights)
+            return y, tape.gradient(y, x)
+
+    return run
+
+
+def test_sigmoid_cross_entropy_and_its_gradient_run_select_on_wasm(tf):
+    # Keras' binary_crossentropy: tf.nn.sigmoid_cross_entropy_with_logits,
+    # whose forward and gradient are written with Select (v1 tf.where).
+    x = np.concatenate([data([301, 17], 25).ravel() * 5, [0.0, -0.0, 30.0, -30.0]]).astype(np.float32)
+    labels = (data(x.shape, 26) > 0).astype(np.float32)
+    loss = lambda v, z: tf.nn.sigmoid_cross_entropy_with_logits(labels=z, logits=v)  # noqa: E731
+    soft = tf.config.get_soft_device_placement()
+    tf.config.set_soft_device_placement(False)
+    try:
+        (got_y, got_dx), ran = ops_on_wasm(tf, loss_and_gradient(tf, loss, WASM), tf.constant(x), tf.constant(labels))
+    finally:
+        tf.config.set_soft_device_placement(soft)
+    want_y, want_dx = loss_and_gradient(tf, loss, CPU)(tf.constant(x), tf.constant(labels))
+    assert "Select" in ran, sorted(ran)
+    np.testing.assert_allclose(got_y.numpy(), want_y.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(got_dx.numpy(), want_dx.numpy(), rtol=RTOL, atol=ATOL)
+
+
 # ------------------------------------------------------------------- unary
 
 # op → (input transform, exact)
@@ -184,6 +260,7 @@ UNARY = {
     "Softplus": (lambda x: x * np.float32(6), False),
     "Softsign": (None, True),
     "Erf": (None, False),
+    "Erfc": (None, False),
     "Sign": (None, True),
     "Floor": (None, True),
     "Ceil": (None, True),
@@ -213,6 +290,46 @@ def test_unary_special_values(tf, op):
     if op in ("Relu", "Relu6"):
         # -0 stays -0, as in TensorFlow.
         assert np.signbit(got[4])
+
+
+def test_erfc_keeps_relative_precision_in_the_tail(tf, mode):
+    # Exact GELU needs erfc where 1 - erf(x) cancels to 0 (from x ≈ 3.9 on).
+    # Up to 9.1: below ~9.2 the results are normal floats on both devices.
+    x = np.concatenate([np.linspace(-9.1, 9.1, 40_001, dtype=np.float32), np.float32([0.5, -0.5, 0.49999997, -0.49999997])])
+    got = compare(tf, mode, lambda v: tf.math.erfc(v), [x], rtol=1e-5, atol=0.0)
+    want = np.array([math.erfc(v) for v in x.astype(np.float64)])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0.0)
+    assert got[np.argmin(np.abs(x - 9.0))] > 1e-37
+
+
+def test_exact_gelu_fuses_and_matches_cpu(tf):
+    # Keras' default gelu (approximate=False) is 0.5·x·erfc(-x/√2): one
+    # fused node on WASM. With its gradient, erfc's output feeds both, so
+    # it stays a node of its own (the pass copies no shared node) and the
+    # rest fuses around it.
+    x = np.concatenate([data([301, 17], 27).ravel(), [0.0, -0.0, 12.0, -12.0, 4.5, -4.5]]).astype(np.float32)
+    gelu = lambda v, _: tf.nn.gelu(v, approximate=False)  # noqa: E731
+
+    @tf.function
+    def forward(v):
+        with tf.device(WASM):
+            return tf.nn.gelu(v, approximate=False)
+
+    soft = tf.config.get_soft_device_placement()
+    tf.config.set_soft_device_placement(False)
+    try:
+        got, ran_forward = ops_on_wasm(tf, forward, tf.constant(x))
+        (got_y, got_dx), ran = ops_on_wasm(tf, loss_and_gradient(tf, gelu, WASM), tf.constant(x), tf.constant(x))
+    finally:
+        tf.config.set_soft_device_placement(soft)
+    assert "_TfwasmFusedElementwise" in ran_forward and "Erfc" not in ran_forward, sorted(ran_forward)
+    assert "_TfwasmFusedElementwise" in ran, sorted(ran)
+    with tf.device(CPU):
+        expected = tf.nn.gelu(tf.constant(x), approximate=False)
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=RTOL, atol=ATOL)
+    want_y, want_dx = loss_and_gradient(tf, gelu, CPU)(tf.constant(x), tf.constant(x))
+    np.testing.assert_allclose(got_y.numpy(), want_y.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(got_dx.numpy(), want_dx.numpy(), rtol=RTOL, atol=ATOL)
 
 
 # op → (inputs that take the short path, the inputs that do not, NumPy's op)

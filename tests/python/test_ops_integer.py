@@ -4,8 +4,10 @@ Keras' train step keeps an int64 step counter and int64 seed-generator
 state, reads the bits of a float32 output, and does int32 shape arithmetic.
 These are the kernels that keep those ops on WASM: int64 AddV2/Mul/FloorMod,
 int32 BitwiseAnd, int32 ↔ int64 Cast, float32 → int32 Bitcast, int32 Prod,
-int32 Pack and StridedSlice (in host memory), and bool Pack. Integers must
-match exactly, overflow included (TensorFlow's CPU kernels wrap).
+int32 Pack and StridedSlice (in host memory), and bool Pack; and int32/int64
+SelectV2, with which Keras' ``ops.take`` (an ``Embedding``) wraps negative
+indices. Integers must match exactly, overflow included (TensorFlow's CPU
+kernels wrap).
 """
 
 import numpy as np
@@ -133,3 +135,33 @@ def test_int32_strided_slice_of_a_shape(tf, mode, index):
 
 def test_int32_strided_slice_of_a_matrix(tf, mode):
     compare(tf, mode, lambda t: t[1:6:2, ::-3], [ints([7, 13], 11, np.int32)])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize(
+    "shapes",
+    [([], [], []), ([7, 13], [7, 13], [7, 13]), ([7, 1], [1, 13], []), ([0, 3], [1, 3], []), ([301, 1], [301, 257], [257])],
+    ids=["scalars", "same", "three-way", "empty", "large"],
+)
+def test_integer_select_v2(tf, mode, dtype, shapes):
+    # In function mode this is pinned to WASM with soft placement off: it
+    # runs only because there is a WASM kernel, and TensorFlow 2.21 has no
+    # DEVICE_DEFAULT int32 SelectV2 that ours could make ambiguous.
+    c = ints(shapes[0], 12, np.int32) > 0
+    t = with_extremes(ints(shapes[1], 13, dtype))
+    e = ints(shapes[2], 14, dtype)
+    compare(tf, mode, lambda c, t, e: tf.raw_ops.SelectV2(condition=c, t=t, e=e), [c, t, e])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_keras_take_wraps_negative_indices(tf, dtype):
+    # keras.ops.take: where(i < 0, i + n, i), then a gather. (Eagerly: the
+    # comparison has no WASM kernel for int64, so it cannot be pinned.)
+    import keras
+
+    params = np.arange(40, dtype=np.float32).reshape(10, 4)
+    indices = np.array([[0, -1, 3], [-10, 9, -4]], dtype)
+    with tf.device(WASM):
+        taken = keras.ops.take(tf.constant(params), tf.constant(indices), axis=0)
+    assert on_wasm(taken), taken.device
+    np.testing.assert_array_equal(taken.numpy(), params[np.where(indices < 0, indices + 10, indices)])

@@ -9,7 +9,7 @@ initializers and dropout masks reproducible across devices.
 import numpy as np
 import pytest
 
-from tfwasm_support import WASM, on_wasm, run_on_wasm
+from tfwasm_support import WASM, on_wasm, ops_on_wasm, run_on_wasm
 from tfwasm_support import random_data as data
 
 CPU = "/CPU:0"
@@ -230,6 +230,131 @@ def test_one_hot(tf, mode, index_dtype, axis):
     check_same(tf, mode, lambda i: tf.one_hot(i, 10), np.arange(1000, dtype=index_dtype) % 13)
 
 
+# --------------------------------------------- unsorted segment sum, reverse
+
+
+@pytest.mark.parametrize("id_dtype,num_dtype", [("int32", "int32"), ("int64", "int64"), ("int32", "int64")])
+@pytest.mark.parametrize(
+    "data_shape,id_rank,num_segments",
+    [
+        ([7, 13], 1, 5),
+        ([0, 3], 1, 4),
+        ([1, 1], 1, 1),
+        ([4, 3, 5], 2, 6),
+        ([6], 1, 0),
+        ([], 0, 3),
+        ([3001, 67], 1, 1000),  # large: split by segments
+        ([2000, 131], 1, 2),  # large, two segments: split by columns
+    ],
+)
+def test_unsorted_segment_sum(tf, mode, id_dtype, num_dtype, data_shape, id_rank, num_segments):
+    # Ids in [-1, num_segments): a negative id drops its row, as on the CPU.
+    ids = np.random.default_rng(3).integers(-1, max(num_segments, 0), size=data_shape[:id_rank]).astype(id_dtype)
+    num = np.array(num_segments, num_dtype)
+    # Each segment is summed in the order of the ids on both devices: equal bits.
+    check_same(tf, mode, lambda d, i, n: tf.math.unsorted_segment_sum(d, i, n), data(data_shape, 10), ids, num)
+
+
+@pytest.mark.parametrize(
+    "data_shape,ids,num_segments,message",
+    [
+        ([4, 3], [0, 3, 0, 1], 3, r"segment_ids\[1\] = 3 is not in \[0, 3\)"),
+        ([2, 2], [[0, -1], [5, 0]], 2, r"segment_ids\[1,0\] = 5"),
+        ([4, 3], [0, 0, 0, 0], -1, "negative"),
+        ([4, 3], [0, 1, 0], 3, "does not start with"),
+    ],
+)
+def test_unsorted_segment_sum_rejects_what_the_cpu_rejects(tf, data_shape, ids, num_segments, message):
+    args = (data(data_shape, 1), np.array(ids, np.int32), np.int32(num_segments))
+    with tf.device(CPU), pytest.raises(tf.errors.InvalidArgumentError):
+        tf.raw_ops.UnsortedSegmentSum(data=args[0], segment_ids=args[1], num_segments=args[2])
+    with tf.device(WASM), pytest.raises(tf.errors.InvalidArgumentError, match=f"UnsortedSegmentSum.*{message}"):
+        tf.raw_ops.UnsortedSegmentSum(data=args[0], segment_ids=args[1], num_segments=args[2])
+
+
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_gather_gradient_densifies_on_wasm(tf, index_dtype):
+    """An Embedding's gradient: tf.gather's is sparse (IndexedSlices), and
+    densifying it, as Keras' optimizers do, is an UnsortedSegmentSum. Pinned
+    to WASM with soft placement off, so nothing falls back."""
+    table = data([50, 8], 11)
+    ids = np.array([[3, 7, 3], [49, 0, 3], [7, 7, 7]], index_dtype)
+    weights = data([3, 3, 8], 12)
+
+    def dense_gradient(t, i):
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            y = tf.reduce_sum(tf.gather(t, i) * weights)
+        return tf.convert_to_tensor(tape.gradient(y, t))
+
+    expected = on_cpu(tf, dense_gradient, table, ids, mode="function")
+
+    @tf.function
+    def pinned(t, i):
+        with tf.device(WASM):
+            return dense_gradient(t, i)
+
+    soft = tf.config.get_soft_device_placement()
+    tf.config.set_soft_device_placement(False)
+    try:
+        got, ran = ops_on_wasm(tf, pinned, tf.constant(table), tf.constant(ids))
+    finally:
+        tf.config.set_soft_device_placement(soft)
+    assert "UnsortedSegmentSum" in ran, sorted(ran)
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    assert np.count_nonzero(got.numpy().any(axis=1)) == 4  # rows 0, 3, 7, 49
+
+
+@pytest.mark.parametrize("axis_dtype", ["int32", "int64"])
+@pytest.mark.parametrize(
+    "shape,axes",
+    [
+        ([7, 13], [0]),
+        ([7, 13], [-1]),
+        ([7, 13], [0, 1]),
+        ([7, 13], []),
+        ([1, 1], [1]),
+        ([0, 3], [0]),
+        ([], []),
+        ([2, 3, 5, 7], [1, 3]),
+        ([4, 1, 6], [-3, 1]),
+        ([301, 257], [1]),
+        ([32, 20, 64], [1]),  # a batch of sequences, reversed in time (go_backwards)
+    ],
+)
+def test_reverse(tf, mode, axis_dtype, shape, axes):
+    check_same(tf, mode, lambda t, a: tf.reverse(t, a), data(shape, 13), np.array(axes, axis_dtype))
+
+
+@pytest.mark.parametrize("shape,axes", [([2, 3], [1, 1]), ([2, 3], [1, -1]), ([2, 3], [2]), ([2, 3], [-3])])
+def test_reverse_rejects_what_the_cpu_rejects(tf, shape, axes):
+    for device in (CPU, WASM):
+        with tf.device(device), pytest.raises(tf.errors.InvalidArgumentError):
+            tf.raw_ops.ReverseV2(tensor=data(shape, 1), axis=np.array(axes, np.int32))
+
+
+def test_reverse_of_an_empty_tensor_ignores_its_axes(tf):
+    # As the CPU device does: nothing to reverse, so no axis is checked.
+    for device in (CPU, WASM):
+        with tf.device(device):
+            got = tf.raw_ops.ReverseV2(tensor=np.zeros([0, 3], np.float32), axis=np.array([0, 0, 5], np.int32))
+        assert got.shape == (0, 3)
+
+
+def test_backwards_rnn_matches_cpu(tf):
+    """Keras' go_backwards recurrence reverses its input in time (ReverseV2)."""
+    import keras
+
+    x = data([4, 9, 3], 14)
+    layer = keras.layers.SimpleRNN(5, go_backwards=True, return_sequences=True, seed=1)
+    layer.build(x.shape)
+    with tf.device(CPU):
+        expected = layer(tf.constant(x))
+    with tf.device(WASM):
+        got = layer(tf.constant(x))
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
 # ------------------------------------------------------ add_n, broadcast_to
 
 
@@ -280,6 +405,7 @@ GRADIENTS = [
     pytest.param(lambda t: tf_mod().slice(t, [1, 0, 2], [2, -1, 3]), id="slice"),
     pytest.param(lambda t: tf_mod().pad(t, [[1, 0], [0, 2], [3, 1]]), id="pad"),
     pytest.param(lambda t: tf_mod().gather(t, [2, 0, 2], axis=1), id="gather"),
+    pytest.param(lambda t: tf_mod().reverse(t, [0, -1]), id="reverse"),
 ]
 
 

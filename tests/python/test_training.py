@@ -37,7 +37,7 @@ MIN_SHARE_ON_WASM = 0.95
 # step (not merely absent from the fallbacks because it never ran).
 MUST_RUN_ON_WASM = {
     "separable": {"DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter"},
-    "transformer": {"Einsum"},
+    "transformer": {"Einsum", "Erfc", "UnsortedSegmentSum"},
 }
 
 
@@ -113,3 +113,31 @@ def test_recurrent_training_matches_cpu(tmp_path, cpu_policy):
     np.testing.assert_allclose(wasm["loss"], cpu["loss"], rtol=LOSS_RTOL, err_msg="rnn: losses per epoch")
     np.testing.assert_allclose(wasm["eval_loss"], cpu["eval_loss"], rtol=LOSS_RTOL)
     assert wasm["loss"][-1] < wasm["loss"][0], "the model did not learn"
+
+
+def test_embedding_training_matches_cpu_and_keeps_its_ops_on_wasm(tmp_path, cpu_policy):
+    """Embedding → GlobalAveragePooling1D → Dense(1, sigmoid) with binary
+    cross-entropy and Adam: the losses match the CPU's, and the ops this
+    model adds to the others' stay on WASM: Adam densifying the Embedding's
+    sparse gradient (UnsortedSegmentSum), the binary cross-entropy from
+    logits and its gradient (Select), `ops.take` wrapping negative ids
+    (int64 SelectV2)."""
+    coverage_json = tmp_path / "coverage.json"
+    wasm, _ = run(
+        ["-m", "tfwasm", "coverage", "--json", str(coverage_json), "--", str(SCRIPT), "--model", "embedding"],
+        env_with_package(),
+        tmp_path,
+        "embedding on WASM",
+    )
+    cpu, _ = run([str(SCRIPT), "--model", "embedding"], env_with_package(cpu_policy), tmp_path, "embedding on CPU")
+    assert wasm["weights_device"].endswith("WASM:0")
+    np.testing.assert_allclose(wasm["loss"], cpu["loss"], rtol=LOSS_RTOL, err_msg="embedding: losses per epoch")
+    np.testing.assert_allclose(wasm["eval_loss"], cpu["eval_loss"], rtol=LOSS_RTOL)
+    assert wasm["loss"][-1] < wasm["loss"][0], "the model did not learn"
+
+    coverage = json.loads(coverage_json.read_text())
+    ours = {"UnsortedSegmentSum", "Select", "SelectV2"}
+    on_wasm = {n["op"] for n in coverage["nodes"] if n["device"] == "WASM:0"}
+    assert ours <= on_wasm, f"not run on WASM: {sorted(ours - on_wasm)}"
+    fallbacks = ours & set(coverage["fallbacks"])
+    assert not fallbacks, f"ops fell back to the CPU: {sorted(fallbacks)}"

@@ -299,6 +299,23 @@ def run_on_wasm(tf, mode, fn, *args, scope_eager=False):
         tf.config.set_soft_device_placement(soft)
 
 
+def ops_on_wasm(tf, fn, *args):
+    """``fn(*args)`` (a tf.function) and the op types it ran on WASM, from
+    TensorFlow's run metadata: the function graphs after every pass, the
+    plugin's graph pass included."""
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    ctx.enable_run_metadata()
+    try:
+        ctx.export_run_metadata()  # drops what earlier calls left there
+        result = fn(*args)
+        graphs = ctx.export_run_metadata().function_graphs
+    finally:
+        ctx.disable_run_metadata()
+    return result, {n.op for g in graphs for n in g.post_optimization_graph.node if n.device.endswith("WASM:0")}
+
+
 # Prepended to every ``run_tf`` script (unless ``prelude=False``).
 SCRIPT_PRELUDE = """\
 import sys

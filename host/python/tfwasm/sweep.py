@@ -222,9 +222,22 @@ def bitcast_cases(tf, rng):
     return [Case({"input": f32(rng, s), "type": tf.int32}) for s in UNARY_SHAPES] + [Case({"input": special, "type": tf.int32})]
 
 
-def select_cases(tf, rng):
-    shapes = [((0, 3), (0, 3), (0, 3)), ((7, 13), (7, 13), (7, 13)), ((7, 1), (1, 13), (7, 13)), ((), (2, 3), (2, 3)), ((5,), (3, 5), ())]
-    return [Case({"condition": boolean(rng, c), "t": f32(rng, t), "e": f32(rng, e)}) for c, t, e in shapes]
+SELECT_V2_SHAPES = [((0, 3), (0, 3), (0, 3)), ((7, 13), (7, 13), (7, 13)), ((7, 1), (1, 13), (7, 13)), ((), (2, 3), (2, 3)), ((5,), (3, 5), ()), ((129, 1), (129, 257), (257,))]
+
+
+def select_v2_cases(tf, rng):
+    out = [Case({"condition": boolean(rng, c), "t": f32(rng, t), "e": f32(rng, e)}) for c, t, e in SELECT_V2_SHAPES]
+    # int32/int64: Keras' ops.take wraps negative indices with them.
+    for dtype in (np.int32, np.int64):
+        out += [Case({"condition": boolean(rng, c), "t": ints(rng, t, -1000, 1000, dtype), "e": ints(rng, e, -1000, 1000, dtype)}) for c, t, e in SELECT_V2_SHAPES]
+    return out
+
+
+def select_v1_cases(tf, rng):
+    """``Select`` (v1): same shapes, a vector condition picking rows, or a scalar condition."""
+    # (condition shape, then/else shape)
+    shapes = [((0,), (0,)), ((1, 1), (1, 1)), ((7, 13), (7, 13)), ((7,), (7, 13)), ((3,), (3, 5, 2)), ((0,), (0, 4)), ((), (7, 13)), ((), ()), ((129,), (129, 257)), ((129, 257), (129, 257))]
+    return [Case({"condition": boolean(rng, c), "x": f32(rng, t), "y": f32(rng, t)}) for c, t in shapes]
 
 
 REDUCE_CASES = [
@@ -651,6 +664,23 @@ def gather_cases(tf, rng):
     return out
 
 
+def unsorted_segment_sum_cases(tf, rng):
+    out = []
+    # (data shape, rank of segment_ids, num_segments); ids in [-1, num_segments): negative ones drop their row.
+    cases = [((7, 13), 1, 5), ((1, 1), 1, 1), ((0, 3), 1, 4), ((4, 3, 5), 2, 6), ((6,), 1, 0), ((640, 64), 1, 1000), ((2000, 67), 1, 3), ((30000, 3), 1, 100)]
+    for shape, id_rank, num in cases:
+        for t, tn in ((np.int32, np.int32), (np.int64, np.int64), (np.int32, np.int64)):
+            ids = ints(rng, shape[:id_rank], -1, max(num, 0), t)
+            out.append(Case({"data": f32(rng, shape), "segment_ids": ids, "num_segments": tn(num)}))
+    return out
+
+
+def reverse_v2_cases(tf, rng):
+    cases = [((7, 13), [0]), ((7, 13), [-1]), ((7, 13), [0, 1]), ((7, 13), []), ((1, 1), [1]), ((0, 3), [0]), ((), []),
+             ((2, 3, 5, 7), [1, 3]), ((4, 1, 6), [-3, 1]), ((129, 257), [1]), ((32, 20, 64), [1])]
+    return [Case({"tensor": f32(rng, s), "axis": np.array(a, t)}) for s, a in cases for t in (np.int32, np.int64)]
+
+
 def one_hot_cases(tf, rng):
     out = []
     for ishape, depth, axis in [((5,), 4, -1), ((2, 3), 7, -1), ((2, 3), 5, 0), ((0,), 3, -1), ((64,), 10, -1)]:
@@ -809,7 +839,8 @@ SPECS: dict[str, Spec] = {
     "GreaterEqual": Spec(binary(rounded=True), EXACT),
     "LogicalAnd": Spec(logical_binary, EXACT),
     "LogicalOr": Spec(logical_binary, EXACT),
-    "SelectV2": Spec(select_cases, EXACT),
+    "SelectV2": Spec(select_v2_cases, EXACT),
+    "Select": Spec(select_v1_cases, EXACT),
     # gradients of activations
     "ReluGrad": Spec(grad_pair("gradients", "features")),
     "Relu6Grad": Spec(grad_pair("gradients", "features", (-2.0, 8.0))),
@@ -838,6 +869,8 @@ SPECS: dict[str, Spec] = {
     "Tanh": Spec(unary(-6, 6), TRANSCENDENTAL),
     "Sigmoid": Spec(unary(-10, 10), TRANSCENDENTAL),
     "Erf": Spec(unary(-3, 3), TRANSCENDENTAL),
+    # Down to ~1e-38 for x near 9 (relative tolerance), and 2 - tiny for x < -4.
+    "Erfc": Spec(unary(-6, 9.2), TRANSCENDENTAL),
     "Sign": Spec(unary(), EXACT),
     "Floor": Spec(unary(), EXACT),
     "Ceil": Spec(unary(), EXACT),
@@ -903,6 +936,9 @@ SPECS: dict[str, Spec] = {
     "PadV2": Spec(pad_v2_cases, EXACT),
     "Fill": Spec(fill_cases, EXACT),
     "GatherV2": Spec(gather_cases, EXACT),
+    # Each segment summed in the order of the ids, as on the CPU: bit for bit.
+    "UnsortedSegmentSum": Spec(unsorted_segment_sum_cases, EXACT),
+    "ReverseV2": Spec(reverse_v2_cases, EXACT),
     "OneHot": Spec(one_hot_cases, EXACT),
     "AddN": Spec(add_n_cases, REDUCTION),
     "BroadcastTo": Spec(broadcast_to_cases, EXACT),

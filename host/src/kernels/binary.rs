@@ -2,8 +2,9 @@
 //! `Sub`, `Mul`, `RealDiv`, `DivNoNan`, `Maximum`, `Minimum`, `Pow`,
 //! `SquaredDifference`), integer bookkeeping (`AddV2`, `Mul`, `FloorMod` on
 //! int64, `BitwiseAnd` on int32), comparisons (float32, and int64 for
-//! `Equal` and `NotEqual`) to bool, `LogicalAnd`/`LogicalOr` on bool, and
-//! `SelectV2` with three-way broadcasting.
+//! `Equal` and `NotEqual`) to bool, `LogicalAnd`/`LogicalOr` on bool,
+//! `SelectV2` with three-way broadcasting (float32, int32, int64) and the v1
+//! `Select` (float32), whose row form is a broadcast too.
 //!
 //! A [`BinaryPlan`] is made from the operand shapes alone, so the caller can
 //! allocate the output before computing. Same-shape operands and a
@@ -89,8 +90,15 @@ pub const KERNELS: &[KernelDef] = &[
     compare!("GreaterEqual", BinaryOp::GreaterEqual, types::T_F32),
     KernelDef::new("LogicalAnd", &[], |_| Ok(Box::new(LogicalKernel { op: BinaryOp::LogicalAnd }))),
     KernelDef::new("LogicalOr", &[], |_| Ok(Box::new(LogicalKernel { op: BinaryOp::LogicalOr }))),
-    KernelDef::new("SelectV2", types::T_F32, |_| Ok(Box::new(SelectV2Kernel))),
+    KernelDef::new("SelectV2", SELECT_V2_TYPES, |_| Ok(Box::new(SelectV2Kernel))),
+    KernelDef::new("Select", types::T_F32, |_| Ok(Box::new(SelectKernel))),
 ];
+
+/// float32, and int32/int64 for Keras' `ops.take`. TensorFlow 2.21 has no
+/// DEVICE_DEFAULT `SelectV2` kernel for any type (its registry lists none;
+/// `tests/python/test_ops_integer.py` runs an int32 one pinned to WASM), so
+/// registering int32 makes no lookup ambiguous.
+const SELECT_V2_TYPES: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::I32, DType::I64])];
 
 /// Binds `$f` to the element function of float32 arithmetic op `$op` and
 /// evaluates `$body` (monomorphised per op), or evaluates `$other` for an op
@@ -627,38 +635,131 @@ fn combine<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(
     )
 }
 
-// ---------------------------------------------------------------- SelectV2
+// ------------------------------------------------------ Select, SelectV2
 
 /// `SelectV2(condition, t, e)`: `condition ? t : e` elementwise, all three
-/// broadcast together.
+/// broadcast together. float32, and the int32/int64 that Keras' `ops.take`
+/// (an `Embedding`) selects to wrap negative indices.
 #[derive(Debug)]
 struct SelectV2Kernel;
 
 impl Kernel for SelectV2Kernel {
     fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
-        expect_inputs("SelectV2", ctx, 3)?;
+        const OP: &str = "SelectV2";
+        expect_inputs(OP, ctx, 3)?;
         let (c, t, e) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
         let plan = Broadcast3::new([c.shape(), t.shape(), e.shape()]).ok_or_else(|| {
             Error::InvalidArgument(format!(
-                "SelectV2: condition {}, then {}, and else {} must be broadcastable",
+                "{OP}: condition {}, then {}, and else {} must be broadcastable",
                 ShapeDisplay(c.shape()),
                 ShapeDisplay(t.shape()),
                 ShapeDisplay(e.shape())
             ))
         })?;
         let mut out = ctx.allocate_output(0, &plan.output_shape)?;
-        select(&plan, c.data()?, t.data()?, e.data()?, out.data_mut()?)
+        select_typed(OP, &plan, &c, &t, &e, &mut out)
+    }
+}
+
+/// `Select(condition, t, e)`, the v1 op (`tf.where` in graphs of
+/// `tf.nn.sigmoid_cross_entropy_with_logits`): no broadcasting, but three
+/// forms, as TensorFlow's CPU kernel decides them: a scalar condition picks
+/// all of `t` or all of `e`; a vector condition with a `t` of higher rank
+/// picks whole rows (`condition[i]` for `t[i, ...]`); otherwise all three
+/// have one shape. `t` and `e` always have the same shape.
+#[derive(Debug)]
+struct SelectKernel;
+
+impl Kernel for SelectKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        const OP: &str = "Select";
+        expect_inputs(OP, ctx, 3)?;
+        let (c, t, e) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        let condition_shape = select_condition_shape(c.shape(), t.shape(), e.shape())?;
+        // Each form is a broadcast of the condition (reshaped) onto `t`.
+        let plan = Broadcast3::new([&condition_shape, t.shape(), e.shape()])
+            .ok_or_else(|| Error::Internal(format!("{OP}: checked shapes did not broadcast")))?;
+        let mut out = ctx.allocate_output(0, t.shape())?;
+        select_typed(OP, &plan, &c, &t, &e, &mut out)
+    }
+}
+
+/// Checks `Select`'s shapes (of condition, then and else); the condition's
+/// shape to broadcast onto `t` (a row condition `[n]` becomes `[n, 1, …, 1]`).
+fn select_condition_shape(c: &[usize], t: &[usize], e: &[usize]) -> Result<Vec<usize>, Error> {
+    // A scalar condition, or a vector one for a `t` that is not a vector.
+    let mismatch = |a: usize, a_shape: &[usize], b: usize, b_shape: &[usize]| {
+        Error::InvalidArgument(format!(
+            "Select: input {a} {} and input {b} {} must have the same shape",
+            ShapeDisplay(a_shape),
+            ShapeDisplay(b_shape)
+        ))
+    };
+    if c.is_empty() || (c.len() == 1 && t.len() != 1) {
+        if t != e {
+            return Err(mismatch(1, t, 2, e));
+        }
+        if c.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(&rows) = t.first() else {
+            return Err(Error::InvalidArgument(format!(
+                "Select: a vector condition needs a then of rank 1 or more, got shape {}",
+                ShapeDisplay(t)
+            )));
+        };
+        if c[0] != rows {
+            return Err(Error::InvalidArgument(format!(
+                "Select: a vector condition of {} elements for a then of {rows} rows (shape {})",
+                c[0],
+                ShapeDisplay(t)
+            )));
+        }
+        let mut shape = vec![1; t.len()];
+        shape[0] = rows;
+        return Ok(shape);
+    }
+    if c != t {
+        return Err(mismatch(0, c, 1, t));
+    }
+    if c != e {
+        return Err(mismatch(0, c, 2, e));
+    }
+    Ok(c.to_vec())
+}
+
+/// [`select`] on the element type of `t`: float32, int32 or int64.
+fn select_typed(
+    op: &str,
+    plan: &Broadcast3,
+    c: &super::Tensor,
+    t: &super::Tensor,
+    e: &super::Tensor,
+    out: &mut super::Tensor,
+) -> Result<(), Error> {
+    match t.dtype() {
+        DType::F32 => select(op, plan, c.data()?, t.data::<f32>()?, e.data()?, out.data_mut()?),
+        DType::I32 => select(op, plan, c.data()?, t.data::<i32>()?, e.data()?, out.data_mut()?),
+        DType::I64 => select(op, plan, c.data()?, t.data::<i64>()?, e.data()?, out.data_mut()?),
+        other => Err(Error::InvalidArgument(format!("{op}: tfwasm has no {other} kernel"))),
     }
 }
 
 /// `out = c ? t : e` over a three-way broadcast.
-fn select(plan: &Broadcast3, c: &[TfBool], t: &[f32], e: &[f32], out: &mut [f32]) -> Result<(), Error> {
+fn select<T: Copy + Send + Sync>(
+    op: &str,
+    plan: &Broadcast3,
+    c: &[TfBool],
+    t: &[T],
+    e: &[T],
+    out: &mut [T],
+) -> Result<(), Error> {
     for (what, len, shape) in
         [("condition", c.len(), &plan.shapes[0]), ("t", t.len(), &plan.shapes[1]), ("e", e.len(), &plan.shapes[2])]
     {
-        check_len("SelectV2", what, len, shape)?;
+        check_len(op, what, len, shape)?;
     }
-    check_len("SelectV2", "the output", out.len(), &plan.output_shape)?;
+    check_len(op, "the output", out.len(), &plan.output_shape)?;
     fill_chunked(out, |start, chunk| {
         plan.for_each_run(start, chunk.len(), |out_at, [ci, ti, ei], [cs, ts, es], len| {
             let dst = &mut chunk[out_at - start..out_at - start + len];
@@ -1125,17 +1226,19 @@ mod tests {
         }
     }
 
-    fn check_select(c_shape: &[usize], t_shape: &[usize], e_shape: &[usize]) {
-        let c: Vec<TfBool> = values(c_shape.iter().product(), 7).iter().map(|&v| TfBool::from(v > 0.3)).collect();
-        let t = values(t_shape.iter().product(), 8);
-        let e = values(e_shape.iter().product(), 9);
+    /// `c ? t : e` over the three-way broadcast, from full multi-indices.
+    fn select_reference<T: Copy>(
+        (c, c_shape): (&[TfBool], &[usize]),
+        (t, t_shape): (&[T], &[usize]),
+        (e, e_shape): (&[T], &[usize]),
+    ) -> (Vec<usize>, Vec<T>) {
         let rank = c_shape.len().max(t_shape.len()).max(e_shape.len());
         let pad = |s: &[usize]| [vec![1; rank - s.len()], s.to_vec()].concat();
         let (pc, pt, pe) = (pad(c_shape), pad(t_shape), pad(e_shape));
         let out_shape: Vec<usize> =
             (0..rank).map(|i| pc[i].max(pt[i]).max(pe[i]) * (pc[i].min(pt[i]).min(pe[i]) > 0) as usize).collect();
         let len: usize = out_shape.iter().product();
-        let expected: Vec<f32> = (0..len)
+        let expected = (0..len)
             .map(|flat| {
                 let index = unravel(flat, &out_shape);
                 if c[offset(&pc, &index)].get() {
@@ -1145,6 +1248,18 @@ mod tests {
                 }
             })
             .collect();
+        (out_shape, expected)
+    }
+
+    fn conditions(len: usize, seed: u32) -> Vec<TfBool> {
+        values(len, seed).iter().map(|&v| TfBool::from(v > 0.3)).collect()
+    }
+
+    fn check_select(c_shape: &[usize], t_shape: &[usize], e_shape: &[usize]) {
+        let c = conditions(c_shape.iter().product(), 7);
+        let t = values(t_shape.iter().product(), 8);
+        let e = values(e_shape.iter().product(), 9);
+        let (out_shape, expected) = select_reference((&c, c_shape), (&t, t_shape), (&e, e_shape));
         let inputs = vec![
             Tensor::from_vec(c_shape, c).unwrap(),
             Tensor::from_vec(t_shape, t).unwrap(),
@@ -1188,6 +1303,121 @@ mod tests {
     }
 
     #[test]
+    fn select_v2_on_integers() {
+        fn check<T: Element + PartialEq>(c_shape: &[usize], t_shape: &[usize], e_shape: &[usize], of: fn(f32) -> T) {
+            let c = conditions(c_shape.iter().product(), 3);
+            let t: Vec<T> = values(t_shape.iter().product(), 4).into_iter().map(of).collect();
+            let e: Vec<T> = values(e_shape.iter().product(), 5).into_iter().map(of).collect();
+            let (out_shape, expected) = select_reference((&c, c_shape), (&t, t_shape), (&e, e_shape));
+            let inputs = vec![
+                Tensor::from_vec(c_shape, c).unwrap(),
+                Tensor::from_vec(t_shape, t).unwrap(),
+                Tensor::from_vec(e_shape, e).unwrap(),
+            ];
+            let out = LocalContext::run(&SelectV2Kernel, inputs, &[T::DTYPE]).unwrap();
+            assert_eq!(out[0].shape(), out_shape.as_slice(), "{c_shape:?} {t_shape:?} {e_shape:?}");
+            assert!(out[0].to_vec::<T>().unwrap() == expected, "{:?} {c_shape:?} {t_shape:?} {e_shape:?}", T::DTYPE);
+        }
+        let cases: &[[&[usize]; 3]] = &[
+            [&[], &[], &[]],
+            [&[0, 3], &[1, 3], &[]],
+            [&[1, 1], &[1, 1], &[1]],
+            [&[7, 13], &[7, 13], &[]],
+            [&[7, 1], &[1, 13], &[7, 13]],
+            [&[257, 131], &[131], &[257, 1]],
+        ];
+        for &[c, t, e] in cases {
+            // Keras' ops.take: where(i < 0, i + n, i), values beyond 32 bits for int64.
+            check(c, t, e, |v| (v * 1000.0) as i32);
+            check(c, t, e, |v| (v as i64) << 40 | 7);
+        }
+    }
+
+    /// `Select` against its definition: `c[i] ? t[i] : e[i]` with `c`
+    /// indexed by element, by row or not at all.
+    fn check_v1_select(c_shape: &[usize], shape: &[usize]) {
+        let len: usize = shape.iter().product();
+        let c = conditions(c_shape.iter().product(), 11);
+        let (t, e) = (values(len, 12), values(len, 13));
+        let rows = shape.first().copied().unwrap_or(1);
+        let per_row = len.checked_div(rows).unwrap_or(0);
+        let expected: Vec<f32> = (0..len)
+            .map(|i| {
+                let k = match c_shape.len() {
+                    0 => 0,
+                    1 if shape.len() != 1 => i / per_row,
+                    _ => i,
+                };
+                if c[k].get() {
+                    t[i]
+                } else {
+                    e[i]
+                }
+            })
+            .collect();
+        let inputs = vec![
+            Tensor::from_vec(c_shape, c).unwrap(),
+            Tensor::from_vec(shape, t).unwrap(),
+            Tensor::from_vec(shape, e).unwrap(),
+        ];
+        let out = LocalContext::run(&SelectKernel, inputs, &[DType::F32]).unwrap();
+        assert_eq!(out[0].shape(), shape, "{c_shape:?} {shape:?}");
+        assert_eq!(out[0].to_vec::<f32>().unwrap(), expected, "{c_shape:?} {shape:?}");
+    }
+
+    #[test]
+    fn select_picks_elements_rows_or_everything() {
+        // Same shape.
+        for shape in [&[][..], &[0][..], &[1, 1], &[7], &[7, 13], &[0, 5], &[3, 5, 2], &[257, 131]] {
+            check_v1_select(shape, shape);
+        }
+        // A vector condition picks rows of a matrix or higher.
+        for shape in [&[1, 1][..], &[7, 13], &[2, 3, 5], &[0, 4], &[3, 0], &[5, 1, 1], &[257, 131], &[3, 40_000]] {
+            check_v1_select(&shape[..1], shape);
+        }
+        // A scalar condition picks one operand whole.
+        for shape in [&[][..], &[0, 3], &[1, 1], &[7, 13], &[257, 131]] {
+            check_v1_select(&[], shape);
+        }
+    }
+
+    #[test]
+    fn select_rejects_what_the_cpu_kernel_rejects() {
+        let run = |c: &[usize], t: &[usize], e: &[usize]| {
+            let count = |s: &[usize]| s.iter().product::<usize>();
+            let inputs = vec![
+                Tensor::from_vec(c, vec![TfBool(1); count(c)]).unwrap(),
+                Tensor::from_vec(t, vec![1.0f32; count(t)]).unwrap(),
+                Tensor::from_vec(e, vec![2.0f32; count(e)]).unwrap(),
+            ];
+            LocalContext::run(&SelectKernel, inputs, &[DType::F32]).map(|_| ()).unwrap_err().to_string()
+        };
+        assert_eq!(
+            run(&[3], &[2, 3], &[2, 3]),
+            "tfwasm: Select: a vector condition of 3 elements for a then of 2 rows (shape [2,3])"
+        );
+        assert_eq!(
+            run(&[2], &[2, 3], &[1, 3]),
+            "tfwasm: Select: input 1 [2,3] and input 2 [1,3] must have the same shape"
+        );
+        assert_eq!(run(&[], &[2, 3], &[3]), "tfwasm: Select: input 1 [2,3] and input 2 [3] must have the same shape");
+        assert_eq!(
+            run(&[1], &[], &[]),
+            "tfwasm: Select: a vector condition needs a then of rank 1 or more, got shape []"
+        );
+        // No broadcasting otherwise, not even of size-1 dimensions.
+        assert_eq!(
+            run(&[2, 1], &[2, 3], &[2, 3]),
+            "tfwasm: Select: input 0 [2,1] and input 1 [2,3] must have the same shape"
+        );
+        assert_eq!(
+            run(&[2, 3], &[2, 3], &[1, 3]),
+            "tfwasm: Select: input 0 [2,3] and input 2 [1,3] must have the same shape"
+        );
+        assert_eq!(run(&[2], &[3], &[3]), "tfwasm: Select: input 0 [2] and input 1 [3] must have the same shape");
+    }
+
+    #[test]
     fn incompatible_shapes_fail_with_the_op_name() {
         let error = BinaryPlan::new(BinaryOp::Add, &[2, 3], &[4]).unwrap_err();
         assert!(matches!(error, Error::InvalidArgument(_)));
@@ -1219,7 +1449,7 @@ mod tests {
 
     #[test]
     fn kernels_run_through_the_context() {
-        for def in KERNELS.iter().filter(|d| d.types == types::T_F32 && d.op != "SelectV2") {
+        for def in KERNELS.iter().filter(|d| d.types == types::T_F32 && !d.op.starts_with("Select")) {
             let kernel = (def.build)(&NoAttrs).unwrap();
             let inputs = vec![
                 Tensor::from_vec(&[2, 1], vec![3.0f32, -1.0]).unwrap(),

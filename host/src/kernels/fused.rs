@@ -113,6 +113,7 @@ const UNARY: &[(&str, UnaryOp)] = &[
     ("Softplus", UnaryOp::Softplus),
     ("Softsign", UnaryOp::Softsign),
     ("Erf", UnaryOp::Erf),
+    ("Erfc", UnaryOp::Erfc),
     ("Sign", UnaryOp::Sign),
     ("Floor", UnaryOp::Floor),
     ("Ceil", UnaryOp::Ceil),
@@ -791,6 +792,8 @@ mod tests {
         // Every op a program may hold, deep enough to need several buffers.
         check("$0 Exp $1 Tanh $0 Sigmoid Mul AddV2 Log1p Neg Abs Rsqrt $1 Relu6 Maximum", &[&[1031], &[1031]]);
         check("$0 Elu Selu Softplus Softsign Erf Sign $1 Floor $0 Ceil Round Minimum Pow", &[&[64, 3], &[3]]);
+        // Exact GELU as TensorFlow writes it: 0.5·x·erfc(-x·(1/√2)).
+        check("$1 $0 Mul $0 Neg $2 Mul Erfc Mul", &[&[257, 131], &[], &[]]);
         check("$0 $1 DivNoNan $0 $1 SquaredDifference Add $0 Reciprocal Inv Relu Log Sub", &[&[9, 40], &[40]]);
         // A layer's bias and activation: a bias of 8 channels repeats every
         // 8 elements (gathered per block), one of 1531 spans blocks.

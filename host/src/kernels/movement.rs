@@ -1,8 +1,9 @@
 //! Float32 data movement: Transpose, ConcatV2, Pack, Unpack, Slice,
-//! StridedSlice(Grad), Tile, Pad(V2), Fill, GatherV2, OneHot, AddN,
-//! BroadcastTo and Snapshot; bool `Pack`; and int32 `Pack` and `StridedSlice` for shape
-//! arithmetic (every argument in host memory, as on TensorFlow's GPU
-//! device, since their results feed host-side shape arguments).
+//! StridedSlice(Grad), Tile, Pad(V2), Fill, GatherV2 and its gradient
+//! UnsortedSegmentSum, OneHot, AddN, BroadcastTo, ReverseV2 and Snapshot;
+//! bool `Pack`; and int32 `Pack` and `StridedSlice` for shape arithmetic
+//! (every argument in host memory, as on TensorFlow's GPU device, since
+//! their results feed host-side shape arguments).
 //!
 //! Most of these read a *strided view* of their input: every output element
 //! (in row-major order) comes from `offset + Σ index[i] · step[i]` of the
@@ -44,6 +45,8 @@ const T_F32_BOOL: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::Bool])];
 const SPLITV_TYPES: &[(&str, &[DType])] = &t_idx("Tlen");
 const GATHER_TYPES: &[(&str, &[DType])] =
     &[("Tparams", types::F32), ("Tindices", types::INDEX), ("Taxis", types::INDEX)];
+const SEGMENT_TYPES: &[(&str, &[DType])] =
+    &[("T", types::F32), ("Tindices", types::INDEX), ("Tnumsegments", types::INDEX)];
 
 pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("Transpose", TRANSPOSE_TYPES, |_| Ok(Box::new(FnKernel(transpose)))).host_memory(&["perm"]),
@@ -78,10 +81,13 @@ pub const KERNELS: &[KernelDef] = &[
         Ok(Box::new(GatherV2 { batch_dims: a.int("batch_dims").unwrap_or(0) }))
     })
     .host_memory(&["axis"]),
+    KernelDef::new("UnsortedSegmentSum", SEGMENT_TYPES, |_| Ok(Box::new(FnKernel(unsorted_segment_sum))))
+        .host_memory(&["num_segments"]),
     KernelDef::new("OneHot", ONEHOT_TYPES, |a| Ok(Box::new(OneHot { axis: a.int("axis")? }))).host_memory(&["depth"]),
     KernelDef::new("AddN", types::T_F32, |_| Ok(Box::new(FnKernel(add_n)))),
     KernelDef::new("BroadcastTo", TIDX_TYPES, |_| Ok(Box::new(FnKernel(broadcast_to)))).host_memory(&["shape"]),
     KernelDef::new("Snapshot", types::T_F32, |_| Ok(Box::new(FnKernel(snapshot)))),
+    KernelDef::new("ReverseV2", TIDX_TYPES, |_| Ok(Box::new(FnKernel(reverse_v2)))).host_memory(&["axis"]),
 ];
 
 fn invalid(op: &str, message: String) -> Error {
@@ -285,6 +291,11 @@ impl View {
                         let at = walk.a as usize;
                         if step == 1 {
                             row.copy_from_slice(&src[at..at + n]);
+                        } else if step == -1 {
+                            // A reversed row (ReverseV2 of the last axis).
+                            for (o, &v) in row.iter_mut().zip(src[at + 1 - n..=at].iter().rev()) {
+                                *o = v;
+                            }
                         } else {
                             for (j, o) in row.iter_mut().enumerate() {
                                 *o = src[(walk.a + j as isize * step) as usize];
@@ -1289,6 +1300,149 @@ impl Kernel for GatherV2 {
     }
 }
 
+// --------------------------------------------------- UnsortedSegmentSum
+
+/// `UnsortedSegmentSum(data, segment_ids, num_segments)`: output row `s`
+/// (of `data.shape[segment_ids.rank..]`) is the sum of the rows `data[i]`
+/// with `segment_ids[i] == s`, 0 for a segment no id names. The gradient
+/// of GatherV2: Keras' optimizers densify every Embedding's sparse
+/// gradient with it. As on TensorFlow's CPU device, an id of
+/// `num_segments` or more is an error and a negative id drops its row.
+fn unsorted_segment_sum(ctx: &dyn OpContext) -> Result<(), Error> {
+    const OP: &str = "UnsortedSegmentSum";
+    expect_inputs(OP, ctx, 3)?;
+    let (data, ids_t, num_t) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+    if num_t.rank() != 0 {
+        return Err(invalid(OP, format!("num_segments must be a scalar, got shape {}", ShapeDisplay(num_t.shape()))));
+    }
+    let num = num_t.to_i64s()?[0];
+    let segments = usize::try_from(num).map_err(|_| invalid(OP, format!("num_segments = {num} is negative")))?;
+    let (d_shape, i_shape) = (data.shape(), ids_t.shape());
+    if !d_shape.starts_with(i_shape) {
+        return Err(invalid(
+            OP,
+            format!(
+                "data.shape = {} does not start with segment_ids.shape = {}",
+                ShapeDisplay(d_shape),
+                ShapeDisplay(i_shape)
+            ),
+        ));
+    }
+    let ids = ids_t.to_i64s()?;
+    if let Some(bad) = ids.iter().position(|&id| id >= num) {
+        return Err(invalid(
+            OP,
+            format!("segment_ids{} = {} is not in [0, {num})", multi_index(i_shape, bad), ids[bad]),
+        ));
+    }
+    let mut out_shape = vec![segments];
+    out_shape.extend_from_slice(&d_shape[i_shape.len()..]);
+    checked_count(OP, &out_shape)?;
+    let inner: usize = d_shape[i_shape.len()..].iter().product();
+    let src = data.data::<f32>()?;
+    if src.len() != ids.len() * inner {
+        return Err(Error::Internal(format!("{OP}: {} data elements for {} rows of {inner}", src.len(), ids.len())));
+    }
+    let mut out = ctx.allocate_output(0, &out_shape)?;
+    segment_sum(src, &ids, inner, out.data_mut()?);
+    Ok(())
+}
+
+/// `out[s] = Σ src[i]` over the rows `i` (of `inner` elements) with
+/// `ids[i] == s`, each sum taken in increasing `i` as the CPU device's is,
+/// so the results are the same bit for bit. Every id is below the number
+/// of output rows; negative ones are skipped.
+///
+/// Large sums split the output into contiguous chunks, each one summed by
+/// one task that scans every id and adds the part of each row that falls
+/// in its chunk: no two tasks write one element, and the order per element
+/// stays that of the ids. A chunk spans many segments when there are many,
+/// or a band of columns of one segment when there are few. Since every task
+/// reads every id, there are at most `inner / 4` tasks (on average four
+/// additions per id read), so narrow rows stay on one thread. Ids crowded
+/// into one chunk leave the other tasks idle.
+fn segment_sum(src: &[f32], ids: &[i64], inner: usize, out: &mut [f32]) {
+    let threads = pool::threads();
+    let tasks = (threads * CHUNKS_PER_THREAD).min(inner / 4);
+    if ids.len() * inner < PARALLEL_MIN_ELEMENTS || threads == 1 || tasks < 2 {
+        fill_all(out, 0.0);
+        add_segment_rows(src, ids, inner, 0, out);
+        return;
+    }
+    let chunk = out.len().div_ceil(tasks);
+    pool::for_each_chunk_mut(out, chunk, |task, part| {
+        part.fill(0.0);
+        add_segment_rows(src, ids, inner, task * chunk, part);
+    });
+}
+
+/// Adds into `part` (output elements `start..start + part.len()`) the
+/// elements of each row `src[i]` that land there, in increasing `i`.
+fn add_segment_rows(src: &[f32], ids: &[i64], inner: usize, start: usize, part: &mut [f32]) {
+    if part.is_empty() || inner == 0 {
+        return;
+    }
+    let end = start + part.len();
+    let (first, last) = (start / inner, (end - 1) / inner);
+    for (i, &id) in ids.iter().enumerate() {
+        // Negative ids fail the conversion and are dropped.
+        let Ok(s) = usize::try_from(id) else { continue };
+        if s < first || s > last {
+            continue;
+        }
+        let (lo, hi) = ((s * inner).max(start), ((s + 1) * inner).min(end));
+        let row = &src[i * inner + lo - s * inner..i * inner + hi - s * inner];
+        for (o, &v) in part[lo - start..hi - start].iter_mut().zip(row) {
+            *o += v;
+        }
+    }
+}
+
+// ------------------------------------------------------------ ReverseV2
+
+/// `ReverseV2(tensor, axis)`: `tensor` with the listed axes reversed
+/// (Keras' `go_backwards` recurrences). A strided view with negative steps,
+/// copied as Transpose's and Slice's views are. As on TensorFlow's CPU
+/// device, a scalar or empty tensor comes back unchanged whatever `axis`
+/// holds; otherwise an axis out of range or listed twice is an error. Any
+/// rank is reversed (the CPU device stops at 8).
+fn reverse_v2(ctx: &dyn OpContext) -> Result<(), Error> {
+    const OP: &str = "ReverseV2";
+    expect_inputs(OP, ctx, 2)?;
+    let (input, axis_t) = (ctx.input(0)?, ctx.input(1)?);
+    if input.rank() == 0 || input.is_empty() {
+        return ctx.forward_input(0, 0);
+    }
+    if axis_t.rank() != 1 {
+        return Err(invalid(OP, format!("axis must be a vector, got shape {}", ShapeDisplay(axis_t.shape()))));
+    }
+    let shape = input.shape();
+    let axes = axis_t.to_i64s()?;
+    let mut reversed = vec![false; shape.len()];
+    for &axis in &axes {
+        let d = normalize_axis(OP, axis, shape.len())?;
+        if std::mem::replace(&mut reversed[d], true) {
+            return Err(invalid(OP, format!("axis {d} is listed more than once in {axes:?}")));
+        }
+    }
+    if !reversed.contains(&true) {
+        return ctx.forward_input(0, 0);
+    }
+    let strides = strides_of(shape);
+    let mut offset = 0isize;
+    let mut steps = Vec::with_capacity(shape.len());
+    for ((&n, &stride), &flip) in shape.iter().zip(&strides).zip(&reversed) {
+        if flip {
+            offset += (n as isize - 1) * stride as isize;
+            steps.push(-(stride as isize));
+        } else {
+            steps.push(stride as isize);
+        }
+    }
+    let mut out = ctx.allocate_output(0, shape)?;
+    View::new(offset, shape, &steps).gather(input.data::<f32>()?, out.data_mut()?)
+}
+
 // --------------------------------------------------------------- OneHot
 
 struct OneHot {
@@ -2013,6 +2167,170 @@ mod tests {
         assert!(run(&FnKernel(broadcast_to), vec![f32s(&[3, 2], 8), ints(&[2])]).is_err());
         let (shape, out) = run(&FnKernel(broadcast_to), vec![f32s(&[], 8), ints(&[0, 4])]).unwrap();
         assert_eq!((shape, out.len()), (vec![0, 4], 0));
+    }
+
+    /// Deterministic ids in `[lo, hi)`.
+    fn segment_ids(len: usize, lo: i64, hi: i64, seed: u32) -> Vec<i64> {
+        values(len, seed)
+            .iter()
+            .map(|&v| lo + (((v + 2.0) / 4.0) * (hi - lo) as f32) as i64)
+            .map(|v| v.min(hi - 1))
+            .collect()
+    }
+
+    /// Runs UnsortedSegmentSum with ids of type `I` and num_segments of type `N`.
+    fn run_segment_sum<I: Element, N: Element>(
+        data: Tensor,
+        ids_shape: &[usize],
+        ids: Vec<I>,
+        num: N,
+    ) -> Result<(Vec<usize>, Vec<f32>), Error> {
+        let inputs = vec![data, Tensor::from_vec(ids_shape, ids).unwrap(), Tensor::from_vec(&[], vec![num]).unwrap()];
+        run(&FnKernel(unsorted_segment_sum), inputs)
+    }
+
+    /// Data shape, rank of the ids, num_segments, range of the ids.
+    type SegmentCase = (&'static [usize], usize, usize, (i64, i64));
+
+    #[test]
+    fn unsorted_segment_sum_matches_reference() {
+        let cases: &[SegmentCase] = &[
+            (&[7, 13], 1, 5, (-1, 5)),
+            (&[1, 1], 1, 1, (0, 1)),
+            (&[1], 1, 3, (2, 3)),
+            (&[], 0, 3, (1, 2)),
+            (&[4, 3, 5], 2, 4, (-2, 4)),
+            (&[6, 5], 2, 7, (0, 7)),
+            (&[0, 3], 1, 3, (0, 3)),
+            (&[5, 0], 1, 3, (0, 3)),
+            (&[5, 3], 1, 0, (-3, 0)),
+            (&[11], 1, 1, (-1, 1)),
+            // Large enough for the pool: many segments; two segments (bands
+            // of columns); rows too narrow to split; one segment for all.
+            (&[3001, 67], 1, 1000, (-5, 1000)),
+            (&[2000, 131], 1, 2, (0, 2)),
+            (&[60_000, 3], 1, 17, (0, 17)),
+            (&[1500, 64], 1, 5, (0, 1)),
+            (&[40, 50, 33], 2, 13, (-1, 13)),
+        ];
+        for (k, &(shape, id_rank, num, (lo, hi))) in cases.iter().enumerate() {
+            let ids_shape = &shape[..id_rank];
+            let n: usize = ids_shape.iter().product();
+            let inner: usize = shape[id_rank..].iter().product();
+            let ids = segment_ids(n, lo, hi, k as u32);
+            let data = values(n * inner, 40 + k as u32);
+            let mut expected = vec![0f32; num * inner];
+            for (i, &id) in ids.iter().enumerate() {
+                if id >= 0 {
+                    for j in 0..inner {
+                        expected[id as usize * inner + j] += data[i * inner + j];
+                    }
+                }
+            }
+            let expected_shape = [&[num][..], &shape[id_rank..]].concat();
+            let input = || Tensor::from_vec(shape, data.clone()).unwrap();
+            let ids32: Vec<i32> = ids.iter().map(|&v| v as i32).collect();
+            for got in [
+                run_segment_sum(input(), ids_shape, ids.clone(), num as i64),
+                run_segment_sum(input(), ids_shape, ids32.clone(), num as i32),
+                run_segment_sum(input(), ids_shape, ids32, num as i64),
+            ] {
+                let (out_shape, out) = got.unwrap();
+                assert_eq!(out_shape, expected_shape, "{shape:?}");
+                // Summed in the order of the ids, as on the CPU device: bit for bit.
+                assert!(out.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits()), "{shape:?} {num}");
+            }
+        }
+    }
+
+    #[test]
+    fn unsorted_segment_sum_rejects_what_the_cpu_device_rejects() {
+        let error = |result: Result<(Vec<usize>, Vec<f32>), Error>| match result {
+            Err(error @ Error::InvalidArgument(_)) => error.to_string(),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        };
+        let message = error(run_segment_sum(f32s(&[4, 3], 1), &[4], vec![0i32, 3, 0, 1], 3i32));
+        assert_eq!(message, "tfwasm: UnsortedSegmentSum: segment_ids[1] = 3 is not in [0, 3)");
+        let message = error(run_segment_sum(f32s(&[2, 2], 1), &[2, 2], vec![0i64, -1, 1 << 40, 0], 2i64));
+        assert_eq!(message, "tfwasm: UnsortedSegmentSum: segment_ids[1,0] = 1099511627776 is not in [0, 2)");
+        let message = error(run_segment_sum(f32s(&[4, 3], 1), &[4], vec![0i32; 4], -1i32));
+        assert_eq!(message, "tfwasm: UnsortedSegmentSum: num_segments = -1 is negative");
+        let message = error(run_segment_sum(f32s(&[4, 3], 1), &[3], vec![0i32; 3], 2i32));
+        assert_eq!(
+            message,
+            "tfwasm: UnsortedSegmentSum: data.shape = [4,3] does not start with segment_ids.shape = [3]"
+        );
+        let message = error(run_segment_sum(f32s(&[3], 1), &[3, 1], vec![0i32; 3], 2i32));
+        assert!(message.contains("does not start with"), "{message}");
+        let inputs = vec![f32s(&[2], 1), i32s(&[0, 0]), i32s(&[3])];
+        let message = error(run(&FnKernel(unsorted_segment_sum), inputs));
+        assert_eq!(message, "tfwasm: UnsortedSegmentSum: num_segments must be a scalar, got shape [1]");
+    }
+
+    #[test]
+    fn reverse_v2_matches_reference() {
+        let cases: &[(&[usize], &[i64])] = &[
+            (&[7, 13], &[0]),
+            (&[7, 13], &[1]),
+            (&[7, 13], &[-1]),
+            (&[7, 13], &[0, -1]),
+            (&[7, 13], &[]),
+            (&[1, 1], &[0, 1]),
+            (&[1], &[0]),
+            (&[2, 3, 5, 7], &[1, 3]),
+            (&[2, 3, 5, 7], &[0, 2]),
+            (&[2, 3, 5, 7], &[-4, -3, -2, -1]),
+            (&[5, 1, 4], &[1]),
+            (&[5, 1, 4], &[2, 0]),
+            (&[3, 2, 2, 2, 2, 2, 2, 2, 2, 3], &[0, 9, 4]),
+            (&[301, 257], &[0]),
+            (&[301, 257], &[1]),
+            (&[40, 30, 50], &[1]),
+        ];
+        for &(shape, axes) in cases {
+            let input = f32s(shape, 5);
+            let src = input.to_vec::<f32>().unwrap();
+            let flipped: Vec<usize> =
+                axes.iter().map(|&a| if a < 0 { (a + shape.len() as i64) as usize } else { a as usize }).collect();
+            let expected: Vec<f32> = (0..src.len())
+                .map(|flat| {
+                    let mut index = unravel(shape, flat);
+                    for &d in &flipped {
+                        index[d] = shape[d] - 1 - index[d];
+                    }
+                    src[ravel(shape, &index)]
+                })
+                .collect();
+            let axes32: Vec<i32> = axes.iter().map(|&a| a as i32).collect();
+            for axis in [ints(axes), i32s(&axes32)] {
+                let (out_shape, out) = run(&FnKernel(reverse_v2), vec![f32s(shape, 5), axis]).unwrap();
+                assert_eq!(out_shape, shape);
+                assert_eq!(out, expected, "{shape:?} {axes:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn reverse_v2_checks_axes_of_non_empty_tensors_only() {
+        let error = |shape: &[usize], axis: Tensor| match run(&FnKernel(reverse_v2), vec![f32s(shape, 1), axis]) {
+            Err(error @ Error::InvalidArgument(_)) => error.to_string(),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        };
+        assert_eq!(error(&[2, 3], ints(&[1, 1])), "tfwasm: ReverseV2: axis 1 is listed more than once in [1, 1]");
+        assert_eq!(error(&[2, 3], ints(&[1, -1])), "tfwasm: ReverseV2: axis 1 is listed more than once in [1, -1]");
+        assert!(error(&[2, 3], ints(&[2])).contains("Expected axis in the range [-2, 2), but got 2"));
+        assert!(error(&[2, 3], ints(&[-3])).contains("but got -3"));
+        assert!(error(&[1, 1], ints(&[5])).contains("but got 5"));
+        assert_eq!(error(&[2, 3], scalar_i(0)), "tfwasm: ReverseV2: axis must be a vector, got shape []");
+        // As on the CPU device: a scalar or an empty tensor is returned as
+        // is, whatever the axes say.
+        for (shape, axis) in
+            [(&[][..], ints(&[0, 0])), (&[], scalar_i(3)), (&[0, 3], ints(&[0, 0, 7])), (&[3, 0], scalar_i(0))]
+        {
+            let (out_shape, out) = run(&FnKernel(reverse_v2), vec![f32s(shape, 2), axis]).unwrap();
+            assert_eq!(out_shape, shape);
+            assert_eq!(out, values(out.len(), 2));
+        }
     }
 
     #[test]

@@ -14,8 +14,8 @@
 //! stays NaN), `Relu`/`Relu6` propagate NaN and keep `-0`, `Sign(NaN)` is
 //! NaN, `Round` rounds half to even, the `Rsqrt`/`Sqrt`/`Reciprocal`
 //! gradients are 0 where the incoming gradient is 0. Transcendentals (`Exp`,
-//! `Log`, `Log1p`, `Tanh`, `Sigmoid`, `Erf`, and the `exp` inside `Elu`,
-//! `Selu`, `Softplus`) are [`super::vmath`]'s branch-free approximations
+//! `Log`, `Log1p`, `Tanh`, `Sigmoid`, `Erf`, `Erfc`, and the `exp` inside
+//! `Elu`, `Selu`, `Softplus`) are [`super::vmath`]'s branch-free approximations
 //! (within a few ulp), which vectorise as Eigen's do; TensorFlow's CPU kernels
 //! use Eigen's own, so results agree to a relative ~1e-6 (more where
 //! `exp(x) - 1` cancels).
@@ -27,8 +27,8 @@
 use super::binary::{check_len, fill_chunked};
 use super::shape::ShapeDisplay;
 use super::vmath::{
-    erf_f32, exp_f32, exp_in_range_f32, in_wide_lanes, is_exp_in_range, is_normal_positive, ln_1p_f32, ln_f32,
-    ln_normal_f32, sigmoid_f32, tanh_f32,
+    erf_f32, erfc_f32, exp_f32, exp_in_range_f32, in_wide_lanes, is_exp_in_range, is_normal_positive, ln_1p_f32,
+    ln_f32, ln_normal_f32, sigmoid_f32, tanh_f32,
 };
 use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, TfBool};
 use crate::error::Error;
@@ -77,6 +77,7 @@ pub const KERNELS: &[KernelDef] = &[
     unary!("Softplus", UnaryOp::Softplus),
     unary!("Softsign", UnaryOp::Softsign),
     unary!("Erf", UnaryOp::Erf),
+    unary!("Erfc", UnaryOp::Erfc),
     unary!("Sign", UnaryOp::Sign),
     unary!("Floor", UnaryOp::Floor),
     unary!("Ceil", UnaryOp::Ceil),
@@ -222,6 +223,8 @@ pub enum UnaryOp {
     Softplus,
     Softsign,
     Erf,
+    /// `1 - erf(x)`, accurate in relative terms in the tail (exact GELU).
+    Erfc,
     Sign,
     Floor,
     Ceil,
@@ -235,7 +238,7 @@ pub enum UnaryOp {
 
 impl UnaryOp {
     /// Every op (with sample parameters), for tests.
-    pub const ALL: [UnaryOp; 25] = [
+    pub const ALL: [UnaryOp; 26] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Exp,
@@ -254,6 +257,7 @@ impl UnaryOp {
         UnaryOp::Softplus,
         UnaryOp::Softsign,
         UnaryOp::Erf,
+        UnaryOp::Erfc,
         UnaryOp::Sign,
         UnaryOp::Floor,
         UnaryOp::Ceil,
@@ -305,6 +309,16 @@ impl UnaryOp {
             }
             UnaryOp::Softsign => map(x, out, |v: f32| v / (v.abs() + 1.0)),
             UnaryOp::Erf => map(x, out, erf_f32),
+            // A closure marked inline: passed as a function item, a function
+            // this large was left out of the AVX2 copy of the loop (its call
+            // shim is subject to LLVM's size limit), whose baseline code then
+            // calls libm's `fmaf` per multiply-add: 15× slower in a test build.
+            UnaryOp::Erfc => map(
+                x,
+                out,
+                #[inline(always)]
+                |v: f32| erfc_f32(v),
+            ),
             UnaryOp::Sign => map(x, out, sign),
             UnaryOp::Floor => map(x, out, f32::floor),
             UnaryOp::Ceil => map(x, out, f32::ceil),
@@ -710,6 +724,7 @@ mod tests {
             }
             UnaryOp::Softsign => x / (x.abs() + 1.0),
             UnaryOp::Erf => crate::kernels::vmath::erf_reference(x),
+            UnaryOp::Erfc => crate::kernels::vmath::erfc_reference(x),
             UnaryOp::Sign => {
                 return if v.is_nan() {
                     v

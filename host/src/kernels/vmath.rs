@@ -8,9 +8,10 @@
 //! against 61); these run in SIMD lanes like Eigen's. Most are a classic
 //! range reduction plus a short polynomial with Cephes' single-precision
 //! coefficients; `tanh` is a rational function we fitted, `erf` the rational
-//! function XLA and Eigen use. All stay within a few ulp (8 at most) of the
-//! correctly rounded result; the tests below check each bound over the
-//! function's whole range, including ±0, ±inf, NaN and subnormals.
+//! function XLA and Eigen use, `erfc` a published Chebyshev fit. All stay
+//! within a few ulp (8 at most) of the correctly rounded result; the tests
+//! below check each bound over the function's whole range, including ±0,
+//! ±inf, NaN and subnormals.
 //!
 //! Every function is a pure per-element map, so a result never depends on how
 //! a tensor was split into chunks or threads.
@@ -239,6 +240,53 @@ pub fn erf_f32(v: f32) -> f32 {
     }
 }
 
+/// The complementary error function `1 - erf(x)`, accurate in relative
+/// terms where it is tiny (`1 - erf(x)` cancels to 0 from x ≈ 3.9 on, where
+/// exact GELU still needs it: `0.5·x·erfc(-x/√2)`).
+///
+/// Below |x| = 0.5 it is `1 - erf(x)`, which loses nothing there (the
+/// result is in (0.47, 1.53)). Beyond, for `z = |x|`, the Chebyshev fit of
+/// Numerical Recipes (`erfcc`, fractional error below 1.2e-7):
+/// `erfc(z) = t·exp(-z² + P(t))` with `t = 1/(1 + z/2)`, and
+/// `erfc(-z) = 2 - erfc(z)`. `z²` is split exactly into `hi + lo` (`lo` by
+/// a fused multiply-add) and the result formed as
+/// `t·exp(P(t) - lo)·exp(-hi)`: rounding `-z² + P(t)` to float32 would cost
+/// up to half an ulp of ~90 in the exponent, a relative error of 4e-6 in
+/// the result. Results that are subnormal in float32 (|x| above ~9.2) lose
+/// precision, and flush to 0 from |x| ≈ 9.35 on (where `exp(-hi)` does).
+/// Inside TensorFlow, which runs kernels with subnormals flushed to zero,
+/// every subnormal result is 0, as on its CPU device.
+#[inline(always)]
+pub fn erfc_f32(v: f32) -> f32 {
+    let near = 1.0 - erf_f32(v);
+    // erfc(10) is far below the smallest float32; the clamp keeps z² finite
+    // (and NaN out of the arithmetic: `min` returns 10 for it).
+    let z = v.abs().min(10.0);
+    let t = 1.0 / z.mul_add(0.5, 1.0);
+    // Estrin's scheme, as in `exp_f32`: five independent pairs.
+    let t2 = t * t;
+    let t4 = t2 * t2;
+    let a = 1.000_023_7f32.mul_add(t, -1.265_512_2);
+    let b = 9.678_418e-2f32.mul_add(t, 3.740_919_5e-1);
+    let c = 2.788_680_8e-1f32.mul_add(t, -1.862_880_6e-1);
+    let d = 1.488_515_9f32.mul_add(t, -1.135_204);
+    let e = 1.708_727_6e-1f32.mul_add(t, -8.221_522_6e-1);
+    let p = e.mul_add(t4, d.mul_add(t2, c)).mul_add(t4, b.mul_add(t2, a));
+    let hi = z * z;
+    let lo = z.mul_add(z, -hi);
+    // `t·exp(P - lo)` is a normal number near 0.1; multiplying by the tiny
+    // `exp(-hi)` last rounds once, even where the product is subnormal.
+    // `P - lo` is within [-1.3, 0.1], so its exp needs no range checks.
+    let tail = (t * exp_in_range_f32(p - lo)) * exp_f32(-hi);
+    let far = if v < 0.0 { 2.0 - tail } else { tail };
+    let r = if v.abs() < 0.5 { near } else { far };
+    if v.is_nan() {
+        v
+    } else {
+        r
+    }
+}
+
 /// Runs `body`, compiled for AVX2 and FMA when the CPU has both: loops
 /// inside it that the compiler vectorises get 8 lanes instead of the
 /// baseline's 4, and `mul_add` one instruction instead of a libm call (see
@@ -282,6 +330,25 @@ pub(crate) fn erf_reference(x: f64) -> f64 {
         }
         let erfc = (-a * a).exp() / std::f64::consts::PI.sqrt() / f;
         (1.0 - erfc).copysign(x)
+    }
+}
+
+/// erfc in f64, the tests' reference, accurate in relative terms (to
+/// ~1e-11) also where it is tiny: `1 - erf` by the series below |x| = 2.5
+/// (erfc(2.5) ≈ 4e-4, so the cancellation costs under 4 digits of f64),
+/// the continued fraction beyond, `2 - erfc(-x)` for negative x.
+#[cfg(test)]
+pub(crate) fn erfc_reference(x: f64) -> f64 {
+    if x.is_nan() || x.abs() < 2.5 {
+        1.0 - erf_reference(x)
+    } else if x < 0.0 {
+        2.0 - erfc_reference(-x)
+    } else {
+        let mut f = x;
+        for k in (1..200).rev() {
+            f = x + (k as f64 / 2.0) / f;
+        }
+        (-x * x).exp() / std::f64::consts::PI.sqrt() / f
     }
 }
 
@@ -353,7 +420,7 @@ mod tests {
     #[test]
     fn wide_and_baseline_lanes_agree_bit_for_bit() {
         let x: Vec<f32> = (0..10_007).map(|i| (i as f32 - 5000.0) * 0.0173).collect();
-        let funcs: [fn(f32) -> f32; 6] = [exp_f32, ln_f32, ln_1p_f32, tanh_f32, sigmoid_f32, erf_f32];
+        let funcs: [fn(f32) -> f32; 7] = [exp_f32, ln_f32, ln_1p_f32, tanh_f32, sigmoid_f32, erf_f32, erfc_f32];
         for f in funcs {
             let mut lanes = vec![0f32; x.len()];
             in_wide_lanes(
@@ -478,5 +545,64 @@ mod tests {
         assert_eq!(erf_f32(f32::INFINITY), 1.0);
         assert_eq!(erf_f32(f32::NEG_INFINITY), -1.0);
         assert!(erf_f32(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn erfc_is_accurate_in_relative_terms_over_the_range() {
+        // Dense over [-6, 9.5]: negative x (results near 2), the switch at
+        // |x| = 0.5, the tail down to the smallest normal results (x ≈ 9.19)
+        // and the subnormal ones beyond.
+        sweep(-6.0, 9.5, |x| {
+            let got = erfc_f32(x);
+            let want = erfc_reference(x as f64);
+            if want < f32::MIN_POSITIVE as f64 {
+                // Subnormal or flushed: off by less than the smallest normal.
+                assert!(
+                    (got as f64 - want).abs() < f32::MIN_POSITIVE as f64,
+                    "erfc({x:e}) = {got:e}, expected {want:e}"
+                );
+            } else {
+                close("erfc", x, got, want, ERFC_MAX_ULPS, 0.0);
+            }
+        });
+        // Around the switch from 1 - erf to the fit, ulp by ulp.
+        for x in [0.5f32, -0.5] {
+            let (mut below, mut above) = (x, x);
+            for _ in 0..1000 {
+                for v in [below, above] {
+                    close("erfc", v, erfc_f32(v), erfc_reference(v as f64), ERFC_MAX_ULPS, 0.0);
+                }
+                (below, above) = (below.next_down(), above.next_up());
+            }
+        }
+        // Tiny arguments: erfc rounds to 1 (from 2^-26 down: erf(2^-25)
+        // is just above half an ulp below 1).
+        for e in -149..-25 {
+            assert_eq!(erfc_f32(2f32.powi(e)), 1.0);
+            assert_eq!(erfc_f32(-(2f32.powi(e))), 1.0);
+        }
+        assert_eq!(erfc_f32(0.0), 1.0);
+        assert_eq!(erfc_f32(-0.0), 1.0);
+        assert_eq!(erfc_f32(f32::INFINITY), 0.0);
+        assert_eq!(erfc_f32(10.5), 0.0);
+        assert_eq!(erfc_f32(1e30), 0.0);
+        assert_eq!(erfc_f32(f32::NEG_INFINITY), 2.0);
+        assert_eq!(erfc_f32(-1e30), 2.0);
+        assert!(erfc_f32(f32::NAN).is_nan());
+    }
+
+    /// The bound [`erfc_f32`] is tested to (docs/kernels.md quotes it).
+    const ERFC_MAX_ULPS: u32 = 8;
+
+    #[test]
+    fn erfc_keeps_relative_precision_where_one_minus_erf_cancels() {
+        // Where 1 - erf(x) is 0 in float32, erfc is not.
+        for (x, want) in
+            [(4.0f32, 1.541_725_790_028e-8f64), (6.0, 2.151_973_671_249_891e-17), (9.0, 4.137_031_746_513_81e-37)]
+        {
+            assert_eq!(1.0 - erf_f32(x), 0.0, "{x}");
+            let got = erfc_f32(x) as f64;
+            assert!(((got - want) / want).abs() < 1e-6, "erfc({x}) = {got:e}, expected {want:e}");
+        }
     }
 }
