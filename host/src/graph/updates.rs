@@ -66,51 +66,19 @@ pub struct Updates {
 ///
 /// Errors when the GraphDef or a NodeDef is not valid wire format.
 pub fn assign_updates(graph: &[u8], device_type: &str) -> Result<Updates, GraphError> {
-    let nodes = node_defs(graph)
-        .map(|node| {
-            node.and_then(|(node, at)| NodeFields::read(node).map(|fields| (node, fields)).map_err(|e| e.at(at)))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut names: HashSet<Vec<u8>> = nodes.iter().map(|(_, fields)| fields.name.to_vec()).collect();
-
-    let mut edits: Vec<NodeEdit> = nodes.iter().map(|_| NodeEdit::Keep).collect();
-    let mut rewritten = Vec::new();
-    for (index, (node, fields)) in nodes.iter().enumerate() {
+    rewrite_as_assignments(graph, device_type, |fields| {
         let combine: &[u8] = match fields.op {
             b"AssignAddVariableOp" => b"AddV2",
             b"AssignSubVariableOp" => b"Sub",
-            _ => continue,
+            _ => return None,
         };
-        let [handle, update] = fields.data_inputs().collect::<Vec<_>>()[..] else { continue };
+        let [handle, update] = fields.data_inputs().collect::<Vec<_>>()[..] else { return None };
         let only_dtype = fields.attrs.iter().all(|(key, ..)| *key == b"dtype" || key.starts_with(b"_"));
-        if !placed_on(fields.device, device_type) || fields.type_attr(b"dtype") != Some(DT_FLOAT) || !only_dtype {
-            continue;
+        if fields.type_attr(b"dtype") != Some(DT_FLOAT) || !only_dtype {
+            return None;
         }
-        let read = [fields.name, READ_SUFFIX.as_bytes()].concat();
-        let value = [fields.name, VALUE_SUFFIX.as_bytes()].concat();
-        if names.contains(&read) || names.contains(&value) {
-            continue;
-        }
-        let controls: Vec<&[u8]> = fields.control_inputs().collect();
-
-        let read_node = new_node(
-            &read,
-            b"ReadVariableOp",
-            &[&[handle], &controls[..]].concat(),
-            fields.device,
-            (b"dtype", DT_FLOAT),
-        );
-        let value_node = new_node(&value, combine, &[&read, update], fields.device, (b"T", DT_FLOAT));
-        let assign = assign_node(node, &[&[handle, &value[..]], &controls[..]].concat(), &[])?;
-        edits[index] = NodeEdit::Expand(vec![read_node, value_node, assign]);
-        rewritten.push(String::from_utf8_lossy(fields.name).into_owned());
-        names.insert(read);
-        names.insert(value);
-    }
-    if rewritten.is_empty() {
-        return Ok(Updates { graph: graph.to_vec(), rewritten });
-    }
-    Ok(Updates { graph: edit_nodes(graph, &edits)?, rewritten })
+        Some(Rewrite { handle, op: combine, operands: vec![update], types: vec![(b"T", DT_FLOAT)], drop: &[] })
+    })
 }
 
 /// Rewrites every float32 `ResourceScatterAdd` / `ResourceScatterSub` on a
@@ -130,6 +98,51 @@ pub fn assign_updates(graph: &[u8], device_type: &str) -> Result<Updates, GraphE
 /// same order, on a copy of the whole variable (one pass over it per
 /// update, where TensorFlow's kernel touches only the indexed rows).
 pub fn scatter_updates(graph: &[u8], device_type: &str) -> Result<Updates, GraphError> {
+    rewrite_as_assignments(graph, device_type, |fields| {
+        let apply = match fields.op {
+            b"ResourceScatterAdd" => scatter::ADD_OP,
+            b"ResourceScatterSub" => scatter::SUB_OP,
+            _ => return None,
+        };
+        let [handle, indices, updates] = fields.data_inputs().collect::<Vec<_>>()[..] else { return None };
+        let known =
+            fields.attrs.iter().all(|(key, ..)| *key == b"dtype" || *key == b"Tindices" || key.starts_with(b"_"));
+        let index_type = fields.type_attr(b"Tindices").filter(|t| matches!(*t, DT_INT32 | DT_INT64))?;
+        if fields.type_attr(b"dtype") != Some(DT_FLOAT) || !known {
+            return None;
+        }
+        Some(Rewrite {
+            handle,
+            op: apply.as_bytes(),
+            operands: vec![indices, updates],
+            types: vec![(b"T", DT_FLOAT), (b"Tindices", index_type)],
+            drop: &[b"Tindices"],
+        })
+    })
+}
+
+/// How one variable update becomes `read → value → assign`.
+struct Rewrite<'g> {
+    /// The variable's handle (the update's first input).
+    handle: &'g [u8],
+    /// The op computing the new value from the read and `operands`, with
+    /// its type attributes.
+    op: &'g [u8],
+    operands: Vec<&'g [u8]>,
+    types: Vec<(&'static [u8], u64)>,
+    /// Attributes of the update `AssignVariableOp` does not define.
+    drop: &'static [&'static [u8]],
+}
+
+/// Replaces every update on `device_type` for which `plan` returns a
+/// [`Rewrite`] with a read of the variable (waiting on the update's control
+/// inputs), the value `plan` says, and an `AssignVariableOp` under the
+/// update's name. An update whose new names are taken is left alone.
+fn rewrite_as_assignments<'g>(
+    graph: &'g [u8],
+    device_type: &str,
+    plan: impl Fn(&NodeFields<'g>) -> Option<Rewrite<'g>>,
+) -> Result<Updates, GraphError> {
     let nodes = node_defs(graph)
         .map(|node| {
             node.and_then(|(node, at)| NodeFields::read(node).map(|fields| (node, fields)).map_err(|e| e.at(at)))
@@ -140,22 +153,10 @@ pub fn scatter_updates(graph: &[u8], device_type: &str) -> Result<Updates, Graph
     let mut edits: Vec<NodeEdit> = nodes.iter().map(|_| NodeEdit::Keep).collect();
     let mut rewritten = Vec::new();
     for (index, (node, fields)) in nodes.iter().enumerate() {
-        let apply = match fields.op {
-            b"ResourceScatterAdd" => scatter::ADD_OP,
-            b"ResourceScatterSub" => scatter::SUB_OP,
-            _ => continue,
-        };
-        let [handle, indices, updates] = fields.data_inputs().collect::<Vec<_>>()[..] else { continue };
-        let known =
-            fields.attrs.iter().all(|(key, ..)| *key == b"dtype" || *key == b"Tindices" || key.starts_with(b"_"));
-        let index_type = fields.type_attr(b"Tindices");
-        if !placed_on(fields.device, device_type)
-            || fields.type_attr(b"dtype") != Some(DT_FLOAT)
-            || !matches!(index_type, Some(DT_INT32 | DT_INT64))
-            || !known
-        {
+        if !placed_on(fields.device, device_type) {
             continue;
         }
+        let Some(rewrite) = plan(fields) else { continue };
         let read = [fields.name, READ_SUFFIX.as_bytes()].concat();
         let value = [fields.name, VALUE_SUFFIX.as_bytes()].concat();
         if names.contains(&read) || names.contains(&value) {
@@ -165,14 +166,16 @@ pub fn scatter_updates(graph: &[u8], device_type: &str) -> Result<Updates, Graph
         let read_node = new_node(
             &read,
             b"ReadVariableOp",
-            &[&[handle], &controls[..]].concat(),
+            &[&[rewrite.handle], &controls[..]].concat(),
             fields.device,
             (b"dtype", DT_FLOAT),
         );
         let mut value_node =
-            new_node(&value, apply.as_bytes(), &[&read, indices, updates], fields.device, (b"T", DT_FLOAT));
-        put_type_attr(b"Tindices", index_type.unwrap_or(DT_INT32), &mut value_node);
-        let assign = assign_node(node, &[&[handle, &value[..]], &controls[..]].concat(), &[b"Tindices"])?;
+            new_node_def(&value, rewrite.op, &[&[&read[..]], &rewrite.operands[..]].concat(), fields.device);
+        for &(key, dtype) in &rewrite.types {
+            put_type_attr(key, dtype, &mut value_node);
+        }
+        let assign = assign_node(node, &[&[rewrite.handle, &value[..]], &controls[..]].concat(), rewrite.drop)?;
         edits[index] = NodeEdit::Expand(vec![read_node, value_node, assign]);
         rewritten.push(String::from_utf8_lossy(fields.name).into_owned());
         names.insert(read);

@@ -378,6 +378,32 @@ pub(crate) struct ConvWindows {
 }
 
 impl ConvWindows {
+    /// Fails unless a backprop's `out_backprop` has the forward output's
+    /// shape (`[input, filter, output]` shapes of the forward op).
+    pub(crate) fn check_out_backprop(
+        &self,
+        op: &str,
+        [input, filter, output]: [[usize; 4]; 3],
+        grad: [usize; 4],
+    ) -> Result<(), Error> {
+        if grad == output {
+            return Ok(());
+        }
+        Err(invalid(
+            op,
+            format!(
+                "out_backprop has shape {} but input {} and filter {} (strides {:?}, dilations {:?}, padding {:?}) give {}",
+                ShapeDisplay(&grad),
+                ShapeDisplay(&input),
+                ShapeDisplay(&filter),
+                self.strides,
+                self.dilations,
+                self.padding,
+                ShapeDisplay(&output)
+            ),
+        ))
+    }
+
     /// Reads `strides`, `dilations`, `padding` and `explicit_paddings`, and
     /// refuses NCHW with `Unimplemented`, as TensorFlow's CPU kernels do.
     pub(crate) fn from_attrs(name: &str, attrs: &dyn Attrs) -> Result<Self, Error> {
@@ -775,23 +801,8 @@ impl Kernel for ConvKernel {
 
 impl ConvKernel {
     fn check_grad(&self, geom: &ConvGeom, grad: [usize; 4]) -> Result<(), Error> {
-        let expected = geom.output_shape();
-        if grad != expected {
-            return Err(invalid(
-                self.op.name(),
-                format!(
-                    "out_backprop has shape {} but input {} and filter {} (strides {:?}, dilations {:?}, padding {:?}) give {}",
-                    ShapeDisplay(&grad),
-                    ShapeDisplay(&geom.input_shape()),
-                    ShapeDisplay(&geom.filter_shape()),
-                    self.windows.strides,
-                    self.windows.dilations,
-                    self.windows.padding,
-                    ShapeDisplay(&expected)
-                ),
-            ));
-        }
-        Ok(())
+        let shapes = [geom.input_shape(), geom.filter_shape(), geom.output_shape()];
+        self.windows.check_out_backprop(self.op.name(), shapes, grad)
     }
 }
 

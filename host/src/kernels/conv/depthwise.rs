@@ -135,23 +135,8 @@ impl DepthwiseKernel {
     }
 
     fn check_grad(&self, geom: &DepthwiseGeom, grad: [usize; 4]) -> Result<(), Error> {
-        let expected = geom.output_shape();
-        if grad == expected {
-            return Ok(());
-        }
-        Err(invalid(
-            self.op.name(),
-            format!(
-                "out_backprop has shape {} but input {} and filter {} (strides {:?}, dilations {:?}, padding {:?}) give {}",
-                ShapeDisplay(&grad),
-                ShapeDisplay(&geom.input_shape()),
-                ShapeDisplay(&geom.filter_shape()),
-                self.windows.strides,
-                self.windows.dilations,
-                self.windows.padding,
-                ShapeDisplay(&expected)
-            ),
-        ))
+        let shapes = [geom.input_shape(), geom.filter_shape(), geom.output_shape()];
+        self.windows.check_out_backprop(self.op.name(), shapes, grad)
     }
 
     /// A 4-value `input_sizes` / `filter_sizes` argument.
