@@ -4,9 +4,9 @@ Keras' train step keeps an int64 step counter and int64 seed-generator
 state, reads the bits of a float32 output, and does int32 shape arithmetic.
 These are the kernels that keep those ops on WASM: int64 AddV2/Mul/FloorMod,
 int32 BitwiseAnd, int32 ↔ int64 Cast, float32 → int32 Bitcast, int32 Prod,
-int32 Pack and StridedSlice (in host memory), and bool Pack; and int32/int64
-SelectV2, with which Keras' ``ops.take`` (an ``Embedding``) wraps negative
-indices. Integers must match exactly, overflow included (TensorFlow's CPU
+int32 Pack and StridedSlice (in host memory), and bool Pack; and int64
+Less and int32/int64 SelectV2, with which Keras' ``ops.take`` (an
+``Embedding``) wraps negative indices. Integers must match exactly, overflow included (TensorFlow's CPU
 kernels wrap).
 """
 
@@ -153,10 +153,15 @@ def test_integer_select_v2(tf, mode, dtype, shapes):
     compare(tf, mode, lambda c, t, e: tf.raw_ops.SelectV2(condition=c, t=t, e=e), [c, t, e])
 
 
+@pytest.mark.parametrize("a_shape,b_shape", BINARY_SHAPES)
+def test_int64_less(tf, mode, a_shape, b_shape):
+    # keras.ops.take compares int64 ids with 0; extremes check no overflow.
+    compare(tf, mode, tf.math.less, [with_extremes(ints(a_shape, 15, np.int64)), ints(b_shape, 16, np.int64)])
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_keras_take_wraps_negative_indices(tf, dtype):
-    # keras.ops.take: where(i < 0, i + n, i), then a gather. (Eagerly: the
-    # comparison has no WASM kernel for int64, so it cannot be pinned.)
+    # keras.ops.take: where(i < 0, i + n, i), then a gather.
     import keras
 
     params = np.arange(40, dtype=np.float32).reshape(10, 4)

@@ -45,8 +45,9 @@ macro_rules! compare {
 }
 
 /// float32, and int64 for the ops Keras' accuracy metrics run on integer
-/// labels. TensorFlow's own DEVICE_DEFAULT kernels cover int32 (in host
-/// memory); none covers int64, so there is no conflict.
+/// labels (`Equal`, `NotEqual`) and `ops.take` on int64 ids (`Less`, to
+/// find negative ones). TensorFlow's own DEVICE_DEFAULT kernels cover
+/// int32 (in host memory); none covers int64, so there is no conflict.
 const F32_I64: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::I64])];
 
 /// int64 only: Keras keeps the optimizer's step counter and its
@@ -84,7 +85,7 @@ pub const KERNELS: &[KernelDef] = &[
     integer!("BitwiseAnd", BinaryOp::BitwiseAnd, T_I32),
     compare!("Equal", BinaryOp::Equal, F32_I64),
     compare!("NotEqual", BinaryOp::NotEqual, F32_I64),
-    compare!("Less", BinaryOp::Less, types::T_F32),
+    compare!("Less", BinaryOp::Less, F32_I64),
     compare!("LessEqual", BinaryOp::LessEqual, types::T_F32),
     compare!("Greater", BinaryOp::Greater, types::T_F32),
     compare!("GreaterEqual", BinaryOp::GreaterEqual, types::T_F32),
