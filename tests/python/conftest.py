@@ -35,6 +35,7 @@ from tfwasm_support import (
     SCRIPT_PRELUDE,
     TfRun,
     defaults_env,
+    make_policy,
     plugin_missing_reason,
     reference_guest_path,
     subprocess_env,
@@ -114,6 +115,15 @@ def run_tf(tmp_path):
 
 
 # ------------------------------------------------------- in-process TensorFlow
+
+
+@pytest.fixture(scope="module")
+def cpu_policy(tmp_path_factory) -> Path:
+    """A policy whose plugin lists no device: TensorFlow's CPU kernels only,
+    the reference side of the training-parity tests."""
+    path = tmp_path_factory.mktemp("policy") / "no-device.toml"
+    path.write_text(toml_dumps(make_policy(reference_guest_path(), count=0)), encoding="utf-8")
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -99,15 +99,6 @@ def test_scatter_updates_in_a_function_match_the_cpu_bit_for_bit(run_tf):
     assert errors["after"] == 3.0
 
 
-@pytest.fixture(scope="module")
-def cpu_policy(tmp_path_factory):
-    from tfwasm_support import make_policy, reference_guest_path, toml_dumps
-
-    path = tmp_path_factory.mktemp("policy") / "no-device.toml"
-    path.write_text(toml_dumps(make_policy(reference_guest_path(), count=0)), encoding="utf-8")
-    return path
-
-
 @pytest.mark.parametrize("optimizer", ["sgd", "rmsprop", "adadelta"])
 def test_embedding_trains_with_sparse_optimizers_like_the_cpu(optimizer, tmp_path, cpu_policy):
     """Keras' Embedding with optimizers that scatter its sparse gradient

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from tfwasm_support import REPO_ROOT, make_policy, reference_guest_path, subprocess_env, toml_dumps
+from tfwasm_support import REPO_ROOT, subprocess_env
 
 SCRIPT = REPO_ROOT / "tests" / "python" / "keras_models.py"
 PACKAGE = REPO_ROOT / "host" / "python"
@@ -62,13 +62,6 @@ def env_with_package(policy_path=None) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE), env.get("PYTHONPATH")]))
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     return env
-
-
-@pytest.fixture(scope="module")
-def cpu_policy(tmp_path_factory):
-    path = tmp_path_factory.mktemp("policy") / "no-device.toml"
-    path.write_text(toml_dumps(make_policy(reference_guest_path(), count=0)), encoding="utf-8")
-    return path
 
 
 @pytest.mark.parametrize("model", ["mlp", "cnn", "separable", "transformer"])

@@ -62,13 +62,12 @@ pub extern "C" fn TF_InitKernel() {
                 return Ok(());
             }
         };
-        let fused =
-            register_own_op(&FUSED_OP, fused::OP, &["inputs: N * T"], &["N: int >= 1", "T: {float}", "expr: string"])
-                .map_err(|error| tracing::warn!("{error}; the graph pass fuses no elementwise ops"))
-                .is_ok();
+        let fused = register_own_op(fused::OP, &["inputs: N * T"], &["N: int >= 1", "T: {float}", "expr: string"])
+            .map_err(|error| tracing::warn!("{error}; the graph pass fuses no elementwise ops"))
+            .is_ok();
+        FUSED_OP.store(fused, Ordering::Release);
         let scatter = [scatter::ADD_OP, scatter::SUB_OP].iter().all(|op| {
             register_own_op(
-                &SCATTER_OPS,
                 op,
                 &["value: T", "indices: Tindices", "updates: T"],
                 &["T: {float}", "Tindices: {int32, int64}"],
@@ -123,13 +122,12 @@ pub(crate) fn scatter_ops_registered() -> bool {
 }
 
 /// Defines one of our own ops in TensorFlow's op registry, with the given
-/// inputs and attributes and one output `y: T`, and sets `flag` once it
-/// is. Called once per process (never by a second copy of the library:
+/// inputs and attributes and one output `y: T`. Called once per process (never by a second copy of the library:
 /// TensorFlow aborts on a name registered twice). Its shape function
 /// leaves the output shape unknown, which is always correct: the nodes are
 /// made by our graph pass after shapes were inferred, and kernels need no
 /// static shapes.
-fn register_own_op(flag: &AtomicBool, op: &str, inputs: &[&str], attrs: &[&str]) -> Result<(), Error> {
+fn register_own_op(op: &str, inputs: &[&str], attrs: &[&str]) -> Result<(), Error> {
     let failed = |what: &str| Error::Internal(format!("cannot define the {op} op: {what}"));
     let name = CString::new(op).map_err(|_| failed("bad op name"))?;
     let specs = |list: &[&str]| list.iter().map(|s| CString::new(*s)).collect::<Result<Vec<_>, _>>();
@@ -157,9 +155,7 @@ fn register_own_op(flag: &AtomicBool, op: &str, inputs: &[&str], attrs: &[&str])
         status.clear();
         TF_RegisterOpDefinition(builder, status.as_ptr());
     }
-    status.outcome().map_err(|failure| failed(&failure.message))?;
-    flag.store(true, Ordering::Release);
-    Ok(())
+    status.outcome().map_err(|failure| failed(&failure.message))
 }
 
 /// The shape function of our own ops: output shape unknown.

@@ -93,20 +93,18 @@ pub fn optimize(graph: &[u8], device_type: &str, rewrites: &Rewrites<'_>) -> Res
         );
     }
     let mut graph = cleared.graph;
-    // Not optional: without it a sparse update of a variable on our device
-    // has no kernel there (see `updates::scatter_updates`).
-    let scattered = if rewrites.scatter {
-        updates::scatter_updates(&graph, device_type)?
-    } else {
-        updates::Updates { graph: Vec::new(), rewritten: Vec::new() }
-    };
-    if !scattered.rewritten.is_empty() {
-        tracing::debug!(
-            "tfwasm: {} sparse variable updates on {device_type} become assignments of a scattered copy (first: {})",
-            scattered.rewritten.len(),
-            scattered.rewritten[0]
-        );
-        graph = scattered.graph;
+    // Not tied to fusion: without it a sparse update of a variable on our
+    // device has no kernel there that works (see `updates::scatter_updates`).
+    if rewrites.scatter {
+        let scattered = updates::scatter_updates(&graph, device_type)?;
+        if !scattered.rewritten.is_empty() {
+            tracing::debug!(
+                "tfwasm: {} sparse variable updates on {device_type} become assignments of a scattered copy (first: {})",
+                scattered.rewritten.len(),
+                scattered.rewritten[0]
+            );
+            graph = scattered.graph;
+        }
     }
     if let (true, Some(preserve)) = (rewrites.fuse, rewrites.preserve) {
         let updates = updates::assign_updates(&graph, device_type)?;

@@ -158,17 +158,17 @@ impl Operand {
     fn arrange<'a>(&self, data: &'a [f32], keep: &[Label], sum: &[Label]) -> Result<Cow<'a, [f32]>, Error> {
         let order: Vec<Label> = keep.iter().chain(sum).copied().collect();
         let view = self.view(&order);
+        let shape = self.sizes(&order);
         let gathered = if view.is_whole(data.len()) {
             Cow::Borrowed(data)
         } else {
-            let mut buf = vec![0.0f32; self.sizes(&order).iter().product()];
+            let mut buf = vec![0.0f32; shape.iter().product()];
             view.gather(data, &mut buf)?;
             Cow::Owned(buf)
         };
         if sum.is_empty() {
             return Ok(gathered);
         }
-        let shape = self.sizes(&order);
         let axes: Vec<i64> = (keep.len()..order.len()).map(|a| a as i64).collect();
         let reduce = ReducePlan::new("Einsum", &shape, &axes, false)?;
         let mut out = vec![0.0f32; reduce.output_len()];

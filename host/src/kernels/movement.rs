@@ -386,7 +386,7 @@ impl View {
 }
 
 /// Copies `src` into `out` (same length), on the pool when large.
-fn copy_all(src: &[f32], out: &mut [f32]) {
+pub(super) fn copy_all(src: &[f32], out: &mut [f32]) {
     par_rows(out, 1, |first, chunk| chunk.copy_from_slice(&src[first..first + chunk.len()]));
 }
 

@@ -61,7 +61,16 @@ impl Kernel for Scatter {
         }
         let mut out = ctx.allocate_output(0, value.shape())?;
         let out = out.data_mut::<f32>()?;
-        out.copy_from_slice(value.data::<f32>()?);
+        let value = value.data::<f32>()?;
+        if value.len() != out.len() {
+            return Err(Error::Internal(format!(
+                "{}: an output of {} elements for {}",
+                self.op,
+                out.len(),
+                value.len()
+            )));
+        }
+        super::movement::copy_all(value, out);
         let row_len = row_shape.iter().product::<usize>();
         let updates = updates.data::<f32>()?;
         for (i, &index) in indices.iter().enumerate() {
