@@ -6,7 +6,7 @@ alternating fresh processes. Prints ``STEP_SECONDS <median>`` and the
 device the weights live on. Both runs use ``jit_compile=False``: XLA
 exists only for the CPU, and the comparison is kernel against kernel.
 
-    python bench_keras.py --model mlp|cnn|transformer [--steps 60]
+    python bench_keras.py --model mlp|cnn|transformer|lstm [--steps 60]
 """
 
 from __future__ import annotations
@@ -44,6 +44,11 @@ def build(model: str):
         h = layers.LayerNormalization()(h + layers.Dropout(0.1)(f))
         net = keras.Model(inputs, layers.Dense(10)(layers.GlobalAveragePooling1D()(h)))
         shape, batch = (64,), 32
+    elif model == "lstm":
+        # A recurrence: one LSTM over 20 steps of 16 features. TensorFlow
+        # runs it as a while loop of small kernels, one step after another.
+        net = keras.Sequential([keras.Input((20, 16)), layers.LSTM(64), layers.Dense(10)])
+        shape, batch = (20, 16), 64
     else:
         # The small CNN of the training-parity test.
         net = keras.Sequential([
@@ -67,7 +72,7 @@ def build(model: str):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn", "transformer"], required=True)
+    parser.add_argument("--model", choices=["mlp", "cnn", "transformer", "lstm"], required=True)
     parser.add_argument("--steps", type=int, default=60)
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

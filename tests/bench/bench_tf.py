@@ -19,7 +19,9 @@ Prints, in one run:
     a 1M-element float32 tensor: time per op on each device and WASM ÷ CPU;
 (g) a Keras transformer encoder block's train-step time (embedding,
     4-head attention, layer norms, GELU feed-forward; 64 tokens, batch 32),
-    measured as (d) and (e).
+    measured as (d) and (e);
+(h) a Keras LSTM's train-step time (LSTM(64) over 20 steps of 16 features,
+    Dense(10); batch 64), measured as (d) and (e).
 
 Both devices get the same inputs, placed on the device before timing, and
 every timed batch ends by copying its last result to the host, so queued
@@ -232,6 +234,7 @@ def main() -> int:
 
     if not args.skip_keras:
         train_step("g", "transformer", "Keras transformer encoder block, 64 tokens, batch 32")
+        train_step("h", "lstm", "Keras LSTM(64), 20 steps of 16 features, batch 64")
 
     if not wasm_on.endswith(f"{device_type}:0"):
         print(f"note: MatMul results landed on {short(wasm_on)}: the plugin has no MatMul kernel in this build,")

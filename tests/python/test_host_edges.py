@@ -265,3 +265,101 @@ def test_int32_stays_in_host_memory_between_our_kernels(run_tf):
         assert plain[i]["inside"], f"case {i}: expected copies inside WASM with the pass off\n{plain_run.describe()}"
         assert case["grad"] and case["back"] and case["count"], f"case {i}: {case}"
         assert case["bits"] == plain[i]["bits"], f"case {i}: results differ with the pass on and off"
+
+
+# A loop whose condition joins two int32 comparisons with `logical_and`, as
+# Keras' recurrent layers do (`time < steps and counter < maximum`): the
+# comparisons are TensorFlow's own int32 kernels (host memory), `LogicalAnd`
+# is ours, `LoopCond` reads its predicate in host memory. The body runs our
+# float kernels on odd shapes, and a Keras LSTM trains through such a loop.
+LOOP_PROGRAM = """
+import json
+from tensorflow.python.eager import context
+
+SHAPES = [(0, 5), (1, 1), (13, 17), (3, 257)]
+WASM = "/device:WASM:0"
+
+@tf.function
+def loop(x, n):
+    with tf.device(WASM):
+        def cond(i, h):
+            return tf.logical_and(i < n, i < 7)
+        def body(i, h):
+            return i + 1, tf.tanh(h * 0.5 + x)
+        steps, h = tf.while_loop(cond, body, (tf.constant(0), tf.zeros_like(x)))
+    return steps, h
+
+def inside_copies(graphs):
+    # A send and a receive both on WASM: a copy between memory types.
+    return sorted(
+        n.op for g in graphs for p in g.partition_graphs for n in p.node
+        if n.op in ("_Send", "_Recv", "_HostSend", "_HostRecv")
+        and "WASM" in n.attr["send_device"].s.decode() and "WASM" in n.attr["recv_device"].s.decode()
+    )
+
+rng = np.random.default_rng(5)
+out = {}
+for i, shape in enumerate(SHAPES):
+    x = rng.standard_normal(shape).astype(np.float32)
+    n = tf.constant(5 + i)
+    context.context().export_run_metadata()  # drop what earlier calls left
+    context.context().enable_run_metadata()
+    steps, h = loop(tf.constant(x), n)
+    graphs = context.context().export_run_metadata().function_graphs
+    context.context().disable_run_metadata()
+    expect = np.zeros_like(x)
+    for _ in range(min(5 + i, 7)):
+        expect = np.tanh(expect * np.float32(0.5) + x)
+    out[i] = {
+        "inside": inside_copies(graphs),
+        "ran_on": h.device.rsplit(":", 2)[-2],
+        "steps": int(steps),
+        "expect_steps": min(5 + i, 7),
+        "error": float(np.max(np.abs(h.numpy() - expect), initial=0.0)),
+        "bits": h.numpy().view(np.uint32).tolist(),
+    }
+
+import keras
+keras.utils.set_random_seed(3)
+data = rng.standard_normal((64, 9, 5)).astype(np.float32)
+labels = rng.integers(0, 4, 64)
+model = keras.Sequential([keras.Input((9, 5)), keras.layers.LSTM(6), keras.layers.Dense(4)])
+# jit_compile=False: with "auto" the step is a nested function call, whose
+# partition graphs the run metadata does not list.
+model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+context.context().enable_run_metadata()
+history = model.fit(data, labels, batch_size=16, epochs=2, verbose=0)
+graphs = context.context().export_run_metadata().function_graphs
+context.context().disable_run_metadata()
+# The functions that run the recurrence (Keras' one-off functions, such as
+# variable-initialisation checks too small for graph passes, are not ours).
+loops = [g for g in graphs if any(n.op == "LoopCond" for p in g.partition_graphs for n in p.node)]
+out["lstm"] = {
+    "loops": len(loops),
+    "inside": inside_copies(loops),
+    "loss": history.history["loss"],
+    "weights_on": model.weights[0].value.device.rsplit(":", 2)[-2],
+}
+result("cases", json.dumps(out))
+"""
+
+
+def test_a_loop_condition_crosses_no_memory_types(run_tf):
+    """No copy from WASM to WASM in a ``while`` loop whose condition joins
+    int32 comparisons with our ``LogicalAnd``, nor in a Keras LSTM's train
+    step (before the pass: three per iteration, each through the stream);
+    results are the same bits with the pass on and off, and agree with
+    NumPy on 0-size, 1×1 and prime shapes."""
+    marked, marked_run = run_cases(run_tf, LOOP_PROGRAM, {"TFWASM_HOST_EDGES": "1"})
+    plain, plain_run = run_cases(run_tf, LOOP_PROGRAM, {"TFWASM_HOST_EDGES": "0"})
+    for i, case in marked.items():
+        assert case["inside"] == [], f"case {i}: copies inside WASM {case['inside']}\n{marked_run.describe()}"
+        assert plain[i]["inside"], f"case {i}: expected copies inside WASM with the pass off\n{plain_run.describe()}"
+        if i == "lstm":
+            assert case["weights_on"] == "WASM" and case["loops"] > 0, case
+            assert case["loss"] == plain[i]["loss"], f"losses differ with the pass on and off: {case} / {plain[i]}"
+            continue
+        assert case["ran_on"] == "WASM", case
+        assert case["steps"] == case["expect_steps"], case
+        assert case["error"] <= 1e-5, f"case {i}: off by {case['error']}"
+        assert case["bits"] == plain[i]["bits"], f"case {i}: results differ with the pass on and off"

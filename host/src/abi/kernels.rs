@@ -24,7 +24,6 @@ use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
 
 use super::ffi::done::DoneCallback;
 use super::ffi::kernels::*;
@@ -39,8 +38,7 @@ use smallvec::SmallVec;
 
 /// The registry, fixed for the process: `create_nth::<I>` builds entry `I`.
 fn definitions() -> &'static [KernelDef] {
-    static DEFS: OnceLock<Vec<KernelDef>> = OnceLock::new();
-    DEFS.get_or_init(crate::kernels::registry)
+    crate::kernels::registered()
 }
 
 /// Entry point TensorFlow calls once, after `SE_InitPlugin`, to collect the
@@ -233,28 +231,11 @@ fn register(
 }
 
 fn tf_dtype(dtype: DType) -> TF_DataType {
-    match dtype {
-        DType::F32 => TF_FLOAT,
-        DType::F64 => TF_DOUBLE,
-        DType::I32 => TF_INT32,
-        DType::I64 => TF_INT64,
-        DType::U8 => TF_UINT8,
-        DType::U64 => TF_UINT64,
-        DType::Bool => TF_BOOL,
-    }
+    dtype.datatype()
 }
 
 fn from_tf_dtype(dtype: TF_DataType) -> Option<DType> {
-    Some(match dtype {
-        TF_FLOAT => DType::F32,
-        TF_DOUBLE => DType::F64,
-        TF_INT32 => DType::I32,
-        TF_INT64 => DType::I64,
-        TF_UINT8 => DType::U8,
-        TF_UINT64 => DType::U64,
-        TF_BOOL => DType::Bool,
-        _ => return None,
-    })
+    DType::from_datatype(dtype.into())
 }
 
 // ---------------------------------------------------------------------------

@@ -44,6 +44,13 @@
 //!   takes its input in host memory, and one to int32 makes its output
 //!   there (unless TensorFlow asks to preserve the node).
 //!
+//! - Our kernels meet TensorFlow's own kernels on our device in host memory
+//!   where those keep an argument there ([`in_host_memory`]): a `while`
+//!   loop's condition joins int32 `Less`es (TensorFlow's, host memory) with
+//!   our `LogicalAnd` for `LoopCond` (host memory), so `LogicalAnd` takes
+//!   its inputs and makes its output there. Before, each iteration of a
+//!   Keras LSTM copied through the stream three times.
+//!
 //! Edges between two nodes on our device are otherwise not touched: a host tensor
 //! feeding a device-memory input there would make TensorFlow insert a copy.
 //! Other kernels of TensorFlow's on our device (variable ops) are not
@@ -98,7 +105,7 @@ pub fn mark_host_edges(
     graph: &[u8],
     device_type: &str,
     preserve: Preserve<'_>,
-    ours: &dyn Fn(&[u8]) -> bool,
+    ours: &dyn Fn(&NodeFields<'_>) -> bool,
 ) -> Result<HostEdges, GraphError> {
     let unchanged = || HostEdges { graph: graph.to_vec(), inputs: 0, outputs: 0, moved: 0 };
     // Each node's bytes (to rewrite it) and its fields, read once.
@@ -118,23 +125,29 @@ pub fn mark_host_edges(
         nodes.iter().map(|node| variant_home(node, device_type, &nodes, &by_name)).collect();
     let device = |index: usize| moved[index].unwrap_or(nodes[index].device);
     let on_cpu: Vec<bool> = (0..nodes.len()).map(|index| placed_on(device(index), "CPU")).collect();
-    let markable: Vec<bool> = nodes.iter().map(|n| placed_on(n.device, device_type) && ours(n.op)).collect();
+    let markable: Vec<bool> = nodes.iter().map(|n| placed_on(n.device, device_type) && ours(n)).collect();
     let passes_on: Vec<bool> = nodes.iter().map(|n| passes_on(n, device_type)).collect();
+    // TensorFlow's own kernels on our device, whose memory types are theirs.
+    let theirs: Vec<bool> =
+        nodes.iter().zip(&markable).map(|(n, &ours)| placed_on(n.device, device_type) && !ours).collect();
 
     let mut input_marks: Vec<Vec<u64>> = vec![Vec::new(); nodes.len()];
-    // Per producer and output port: whether every reader so far is on a CPU.
-    let mut readers_on_cpu: Vec<HashMap<u64, bool>> = vec![HashMap::new(); nodes.len()];
+    // Per producer and output port: whether every reader so far reads it in
+    // host memory (on a CPU, or one of TensorFlow's host-memory arguments).
+    let mut readers_in_host: Vec<HashMap<u64, bool>> = vec![HashMap::new(); nodes.len()];
     for (consumer, node) in nodes.iter().enumerate() {
         for (index, input) in node.data_inputs().enumerate() {
             let (name, port) = input_source(input);
             let (Some(&producer), Some(port)) = (by_name.get(name), port.and_then(parse_port)) else { continue };
-            if markable[consumer] && on_cpu[producer] {
+            let from_host = on_cpu[producer] || (theirs[producer] && in_host_memory(&nodes[producer], Arg::Output));
+            if markable[consumer] && from_host {
                 input_marks[consumer].push(index as u64);
             }
-            *readers_on_cpu[producer].entry(port).or_insert(true) &= on_cpu[consumer];
+            let to_host = on_cpu[consumer] || (theirs[consumer] && in_host_memory(node, Arg::Input(index)));
+            *readers_in_host[producer].entry(port).or_insert(true) &= to_host;
         }
     }
-    let mut output_marks: Vec<Vec<u64>> = readers_on_cpu
+    let mut output_marks: Vec<Vec<u64>> = readers_in_host
         .into_iter()
         .enumerate()
         .map(|(producer, ports)| {
@@ -196,6 +209,29 @@ pub fn mark_host_edges(
         return Ok(unchanged());
     }
     Ok(HostEdges { graph: edit_nodes(graph, &edits)?, inputs, outputs, moved: moved_nodes })
+}
+
+/// One argument of a node: an input by index, or any output.
+#[derive(Debug, Clone, Copy)]
+enum Arg {
+    Input(usize),
+    Output,
+}
+
+/// Whether TensorFlow's own kernel for `node` on our device keeps `arg` in
+/// host memory, for the nodes a loop puts next to ours. Its `DEVICE_DEFAULT`
+/// kernels typed int32 by `T` (`Less`, `AddV2`, `Identity`, `Switch`,
+/// `Merge`, ...) keep every argument there, a comparison's `bool` result
+/// included, and `LoopCond` and `Switch` read their predicate there. A
+/// `while` loop's condition is `LoopCond(LogicalAnd(Less(i, n), Less(step,
+/// max)))`: between our `LogicalAnd` and the int32 `Less`es and `LoopCond`
+/// on either side, each iteration crossed memory types three times, each a
+/// copy through the stream that completes through an event. A guess wrong
+/// the other way costs the copy the mark saved, nothing more: TensorFlow
+/// inserts a copy wherever memory types differ.
+fn in_host_memory(node: &NodeFields<'_>, arg: Arg) -> bool {
+    node.type_attr(b"T") == Some(DT_INT32)
+        || matches!((node.op, arg), (b"LoopCond", _) | (b"Switch" | b"RefSwitch", Arg::Input(1)))
 }
 
 fn is_mark(key: &[u8]) -> bool {
@@ -293,8 +329,15 @@ mod tests {
         node
     }
 
-    fn ours(op: &[u8]) -> bool {
-        matches!(op, b"MatMul" | b"AddV2" | b"Sum" | b"SparseSoftmaxCrossEntropyWithLogits" | b"Cast" | b"Prod")
+    fn ours(node: &NodeFields<'_>) -> bool {
+        let int32 = node.type_attr(b"T") == Some(DT_INT32);
+        match node.op {
+            b"AddV2" | b"Less" => !int32,
+            op => matches!(
+                op,
+                b"MatMul" | b"Sum" | b"SparseSoftmaxCrossEntropyWithLogits" | b"Cast" | b"Prod" | b"LogicalAnd"
+            ),
+        }
     }
 
     /// A `Cast` from `src` to `dst` (DataType numbers).
@@ -496,6 +539,37 @@ mod tests {
         // A second run keeps the marks as they are.
         let again = mark_host_edges(&edges.graph, "WASM", &|name: &[u8]| name == b"fetched", &ours).unwrap();
         assert_eq!(marks(&again.graph), found);
+    }
+
+    #[test]
+    fn a_loop_condition_stays_in_host_memory() {
+        // A `while` loop's condition, lowered: int32 counters compared by
+        // TensorFlow's own `Less` (host memory), joined by our `LogicalAnd`,
+        // read by `LoopCond` and a `Switch` (host memory).
+        let nodes = [
+            typed(node("i", "Merge", &["i0", "i_next"], WASM0), DT_INT32),
+            typed(node("less", "Less", &["i", "n"], WASM0), DT_INT32),
+            typed(node("less_1", "Less", &["i", "max"], WASM0), DT_INT32),
+            node("and", "LogicalAnd", &["less", "less_1"], WASM0),
+            node("cond", "LoopCond", &["and"], WASM0),
+            typed(node("switch", "Switch", &["h", "cond"], WASM0), DT_FLOAT),
+            // float32 `Less` is ours: its result stays in device memory, and
+            // so does a float `Switch`'s data output.
+            node("f_less", "Less", &["x", "y"], WASM0),
+            node("f_and", "LogicalAnd", &["f_less", "less"], WASM0),
+            node("reader", "MatMul", &["switch", "w"], WASM0),
+            // Read by our kernel and a host-memory reader: left alone.
+            node("mixed", "LogicalAnd", &["less", "less"], WASM0),
+            node("mixed_cond", "LoopCond", &["mixed"], WASM0),
+            node("mixed_and", "LogicalAnd", &["mixed", "f_less"], WASM0),
+        ];
+        let edges = mark_host_edges(&graph(&nodes), "WASM", &keep_nothing, &ours).unwrap();
+        let marked: Vec<_> =
+            marks(&edges.graph).into_iter().filter(|(_, ins, outs)| !ins.is_empty() || !outs.is_empty()).collect();
+        let expect = |name: &str, ins: &[u64], outs: &[u64]| (name.to_owned(), ins.to_vec(), outs.to_vec());
+        assert_eq!(marked, [expect("and", &[0, 1], &[0]), expect("f_and", &[1], &[]), expect("mixed", &[0, 1], &[])]);
+        let again = mark_host_edges(&edges.graph, "WASM", &keep_nothing, &ours).unwrap();
+        assert_eq!(again.graph, edges.graph);
     }
 
     #[test]

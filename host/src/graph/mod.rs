@@ -129,7 +129,11 @@ pub fn optimize(graph: &[u8], device_type: &str, rewrites: &Rewrites<'_>) -> Res
     if rewrites.host_edges {
         // Without TensorFlow's list, any output may be a fetch: mark inputs only.
         let preserve = rewrites.preserve.unwrap_or(&|_| true);
-        let edges = host_edges::mark_host_edges(&graph, device_type, preserve, &crate::kernels::is_registered)?;
+        let edges = host_edges::mark_host_edges(&graph, device_type, preserve, &|node| {
+            crate::kernels::implements(node.op, &|attr| {
+                node.type_attr(attr.as_bytes()).and_then(|t| i64::try_from(t).ok())
+            })
+        })?;
         if edges.inputs + edges.outputs > 0 {
             tracing::debug!(
                 "tfwasm: {} inputs and {} outputs on {device_type} cross from and to the CPU in host memory",

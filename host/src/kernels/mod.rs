@@ -173,14 +173,29 @@ pub fn registry() -> Vec<KernelDef> {
     .concat()
 }
 
-/// Whether tfwasm registers a kernel for the op named `op`. Our kernels
-/// read inputs and write outputs through plain pointers wherever
-/// TensorFlow keeps them, host or device memory, so the graph pass may
-/// move any of their arguments to host memory (`graph::host_edges`).
-pub fn is_registered(op: &[u8]) -> bool {
-    static OPS: std::sync::OnceLock<std::collections::HashSet<&'static str>> = std::sync::OnceLock::new();
-    std::str::from_utf8(op)
-        .is_ok_and(|op| OPS.get_or_init(|| registry().iter().map(|def| def.op).collect()).contains(op))
+/// [`registry()`], built once for the process.
+pub fn registered() -> &'static [KernelDef] {
+    static DEFS: std::sync::OnceLock<Vec<KernelDef>> = std::sync::OnceLock::new();
+    DEFS.get_or_init(registry)
+}
+
+/// Whether tfwasm registers a kernel for the op named `op` with the types
+/// `type_of` gives for its type attributes (TensorFlow `DataType` numbers).
+/// An attribute `type_of` does not know matches any type.
+///
+/// Our kernels read inputs and write outputs through plain pointers
+/// wherever TensorFlow keeps them, host or device memory, so the graph pass
+/// may move any of their arguments to host memory (`graph::host_edges`).
+/// TensorFlow's own `DEVICE_DEFAULT` kernels cover some ops for the types
+/// we leave out (int32 `Less`, `AddV2`, ... in host memory), and the pass
+/// must tell those nodes from ours.
+pub fn implements(op: &[u8], type_of: &dyn Fn(&str) -> Option<i64>) -> bool {
+    let Ok(op) = std::str::from_utf8(op) else { return false };
+    registered().iter().filter(|def| def.op == op).any(|def| {
+        def.types.iter().all(|&(attr, dtypes)| {
+            type_of(attr).is_none_or(|number| DType::from_datatype(number).is_some_and(|dtype| dtypes.contains(&dtype)))
+        })
+    })
 }
 
 /// Checks the number of inputs TensorFlow passed.

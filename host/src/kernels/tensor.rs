@@ -51,6 +51,29 @@ impl DType {
     }
 }
 
+impl DType {
+    /// TensorFlow's `DataType` number for the type, the same in its C API
+    /// (`TF_DataType`) and in its protos (`GraphDef` attributes).
+    pub const fn datatype(self) -> i32 {
+        match self {
+            DType::F32 => 1,
+            DType::F64 => 2,
+            DType::I32 => 3,
+            DType::U8 => 4,
+            DType::I64 => 9,
+            DType::Bool => 10,
+            DType::U64 => 23,
+        }
+    }
+
+    /// The type whose `DataType` number is `number`, if tfwasm has one.
+    pub fn from_datatype(number: i64) -> Option<DType> {
+        [DType::F32, DType::F64, DType::I32, DType::I64, DType::U8, DType::U64, DType::Bool]
+            .into_iter()
+            .find(|dtype| i64::from(dtype.datatype()) == number)
+    }
+}
+
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
