@@ -131,49 +131,87 @@ pub fn mark_host_edges(
     let theirs: Vec<bool> =
         nodes.iter().zip(&markable).map(|(n, &ours)| placed_on(n.device, device_type) && !ours).collect();
 
-    let mut input_marks: Vec<Vec<u64>> = vec![Vec::new(); nodes.len()];
-    // Per producer and output port: whether every reader so far reads it in
-    // host memory (on a CPU, or one of TensorFlow's host-memory arguments).
-    let mut readers_in_host: Vec<HashMap<u64, bool>> = vec![HashMap::new(); nodes.len()];
+    // Data edges as (producer, port, consumer, input index), in graph order.
+    let mut edges = Vec::new();
     for (consumer, node) in nodes.iter().enumerate() {
         for (index, input) in node.data_inputs().enumerate() {
             let (name, port) = input_source(input);
-            let (Some(&producer), Some(port)) = (by_name.get(name), port.and_then(parse_port)) else { continue };
-            let from_host = on_cpu[producer] || (theirs[producer] && in_host_memory(&nodes[producer], Arg::Output));
-            if markable[consumer] && from_host {
-                input_marks[consumer].push(index as u64);
+            if let (Some(&producer), Some(port)) = (by_name.get(name), port.and_then(parse_port)) {
+                edges.push((producer, port, consumer, index));
             }
-            let to_host = on_cpu[consumer] || (theirs[consumer] && in_host_memory(node, Arg::Input(index)));
-            *readers_in_host[producer].entry(port).or_insert(true) &= to_host;
         }
     }
-    let mut output_marks: Vec<Vec<u64>> = readers_in_host
-        .into_iter()
-        .enumerate()
-        .map(|(producer, ports)| {
-            if !(markable[producer] || passes_on[producer]) || preserve(nodes[producer].name) {
-                return Vec::new();
-            }
-            let mut marked: Vec<u64> =
-                ports.into_iter().filter_map(|(port, all_cpu)| all_cpu.then_some(port)).collect();
-            marked.sort_unstable();
-            marked
-        })
-        .collect();
 
-    // int32 stays in host memory between our kernels, as TensorFlow keeps
-    // an int32 argument typed by `T` there: a `Cast` to or from int32 says
-    // so for its int32 side (see the module docs).
+    // Inputs of ours that come in host memory: from a CPU node, from one
+    // of TensorFlow's host-memory outputs on our device, and int32 into a
+    // `Cast` (TensorFlow keeps an int32 argument typed by `T` in host
+    // memory on a device like ours, but `Cast` types its arguments with
+    // `SrcT` and `DstT`, which that rule misses; see the module docs).
+    let mut input_marks: Vec<Vec<u64>> = vec![Vec::new(); nodes.len()];
+    for &(producer, _, consumer, index) in &edges {
+        let from_host = on_cpu[producer] || (theirs[producer] && in_host_memory(&nodes[producer], Arg::Output));
+        if markable[consumer] && from_host {
+            input_marks[consumer].push(index as u64);
+        }
+    }
     for (index, node) in nodes.iter().enumerate() {
-        if !markable[index] || node.op != b"Cast" {
+        if markable[index] && node.op == b"Cast" && node.type_attr(b"SrcT") == Some(DT_INT32) {
+            mark(&mut input_marks[index], 0);
+        }
+    }
+
+    // Per producer and output port, how its readers read it.
+    let mut readers: Vec<HashMap<u64, Readers>> = vec![HashMap::new(); nodes.len()];
+    for &(producer, port, consumer, index) in &edges {
+        let in_host = on_cpu[consumer]
+            || (theirs[consumer] && in_host_memory(&nodes[consumer], Arg::Input(index)))
+            || (markable[consumer] && input_marks[consumer].contains(&(index as u64)));
+        let entry = readers[producer].entry(port).or_insert(Readers { cpu: 0, host: 0, ours: 0, device: 0 });
+        match (on_cpu[consumer], in_host, markable[consumer]) {
+            (true, ..) => entry.cpu += 1,
+            (false, true, _) => entry.host += 1,
+            (false, false, true) => entry.ours += 1,
+            (false, false, false) => entry.device += 1,
+        }
+    }
+    // An output of ours is made in host memory when every reader reads it
+    // there; or when readers on our device read it there and the others
+    // are ours, which then read it in host memory too (a tensor read on a
+    // CPU and by our kernels stays in device memory, placed by the guest,
+    // and the CPU gets a copy). A `Cast` to int32 makes its output in host
+    // memory, as int32 arithmetic does, unless a reader of TensorFlow's
+    // wants it in device memory. An `Identity` of TensorFlow's only when
+    // every reader is on a CPU.
+    let mut output_marks: Vec<Vec<u64>> = vec![Vec::new(); nodes.len()];
+    for (producer, ports) in readers.iter().enumerate() {
+        if !(markable[producer] || passes_on[producer]) || preserve(nodes[producer].name) {
             continue;
         }
-        if node.type_attr(b"SrcT") == Some(DT_INT32) && !input_marks[index].contains(&0) {
-            input_marks[index].push(0);
+        let int32_cast =
+            markable[producer] && nodes[producer].op == b"Cast" && nodes[producer].type_attr(b"DstT") == Some(DT_INT32);
+        for (&port, r) in ports {
+            let all_host = r.device == 0 && r.ours == 0;
+            let host = if markable[producer] {
+                all_host || (r.device == 0 && ((r.cpu == 0 && r.host > 0) || (int32_cast && port == 0)))
+            } else {
+                all_host
+            };
+            if host {
+                output_marks[producer].push(port);
+            }
         }
-        if node.type_attr(b"DstT") == Some(DT_INT32) && !preserve(node.name) && !output_marks[index].contains(&0) {
-            output_marks[index].push(0);
+        if int32_cast && !ports.contains_key(&0) {
+            output_marks[producer].push(0);
         }
+        output_marks[producer].sort_unstable();
+    }
+    for &(producer, port, consumer, index) in &edges {
+        if markable[consumer] && output_marks[producer].contains(&port) {
+            mark(&mut input_marks[consumer], index as u64);
+        }
+    }
+    for marks in &mut input_marks {
+        marks.sort_unstable();
     }
 
     // A pass-through node that hands its value to the CPU in host memory
@@ -211,6 +249,24 @@ pub fn mark_host_edges(
     Ok(HostEdges { graph: edit_nodes(graph, &edits)?, inputs, outputs, moved: moved_nodes })
 }
 
+/// How the readers of one output read it: on a CPU; in host memory on our
+/// device (one of TensorFlow's host-memory arguments, or an input of ours
+/// marked so); as an unmarked input of ours; or in device memory otherwise.
+#[derive(Debug, Clone, Copy)]
+struct Readers {
+    cpu: usize,
+    host: usize,
+    ours: usize,
+    device: usize,
+}
+
+/// Adds `index` to `marks` once.
+fn mark(marks: &mut Vec<u64>, index: u64) {
+    if !marks.contains(&index) {
+        marks.push(index);
+    }
+}
+
 /// One argument of a node: an input by index, or any output.
 #[derive(Debug, Clone, Copy)]
 enum Arg {
@@ -222,7 +278,8 @@ enum Arg {
 /// host memory, for the nodes a loop puts next to ours. Its `DEVICE_DEFAULT`
 /// kernels typed int32 by `T` (`Less`, `AddV2`, `Identity`, `Switch`,
 /// `Merge`, ...) keep every argument there, a comparison's `bool` result
-/// included, and `LoopCond` and `Switch` read their predicate there. A
+/// included, as does an int32 `Const`; `LoopCond` and `Switch` read their
+/// predicate there. A
 /// `while` loop's condition is `LoopCond(LogicalAnd(Less(i, n), Less(step,
 /// max)))`: between our `LogicalAnd` and the int32 `Less`es and `LoopCond`
 /// on either side, each iteration crossed memory types three times, each a
@@ -231,6 +288,7 @@ enum Arg {
 /// inserts a copy wherever memory types differ.
 fn in_host_memory(node: &NodeFields<'_>, arg: Arg) -> bool {
     node.type_attr(b"T") == Some(DT_INT32)
+        || (node.op == b"Const" && node.type_attr(b"dtype") == Some(DT_INT32))
         || matches!((node.op, arg), (b"LoopCond", _) | (b"Switch" | b"RefSwitch", Arg::Input(1)))
 }
 
@@ -519,7 +577,8 @@ mod tests {
             node("count", "Prod", &["shape", "axes"], WASM0),
             cast("count_f", "count", WASM0, DT_INT32, DT_FLOAT),
             cast("to_int", "x", WASM0, DT_FLOAT, DT_INT32),
-            node("twice", "AddV2", &["to_int", "to_int"], WASM0),
+            // TensorFlow's int32 arithmetic: host memory.
+            typed(node("twice", "AddV2", &["to_int", "to_int"], WASM0), DT_INT32),
             // Float to float, int64, and a preserved cast: no int32 side to mark.
             cast("f2f", "x", WASM0, DT_FLOAT, DT_FLOAT),
             cast("i64", "x", WASM0, DT_FLOAT, 9),
@@ -532,10 +591,12 @@ mod tests {
         let of = |name: &str| found.iter().find(|(n, ..)| n == name).map(|(_, i, o)| (i.clone(), o.clone())).unwrap();
         assert_eq!(of("count_f"), (vec![0], vec![]));
         assert_eq!(of("to_int"), (vec![], vec![0]));
-        for untouched in ["count", "twice", "f2f", "i64", "fetched", "cpu_cast"] {
+        // Read by the cast in host memory and on the CPU: made there.
+        assert_eq!(of("count"), (vec![], vec![0]));
+        for untouched in ["twice", "f2f", "i64", "fetched", "cpu_cast"] {
             assert_eq!(of(untouched), (vec![], vec![]), "{untouched}");
         }
-        assert_eq!((edges.inputs, edges.outputs), (1, 1));
+        assert_eq!((edges.inputs, edges.outputs), (1, 2));
         // A second run keeps the marks as they are.
         let again = mark_host_edges(&edges.graph, "WASM", &|name: &[u8]| name == b"fetched", &ours).unwrap();
         assert_eq!(marks(&again.graph), found);
@@ -558,7 +619,7 @@ mod tests {
             node("f_less", "Less", &["x", "y"], WASM0),
             node("f_and", "LogicalAnd", &["f_less", "less"], WASM0),
             node("reader", "MatMul", &["switch", "w"], WASM0),
-            // Read by our kernel and a host-memory reader: left alone.
+            // Read by our kernel and a host-memory reader.
             node("mixed", "LogicalAnd", &["less", "less"], WASM0),
             node("mixed_cond", "LoopCond", &["mixed"], WASM0),
             node("mixed_and", "LogicalAnd", &["mixed", "f_less"], WASM0),
@@ -567,7 +628,59 @@ mod tests {
         let marked: Vec<_> =
             marks(&edges.graph).into_iter().filter(|(_, ins, outs)| !ins.is_empty() || !outs.is_empty()).collect();
         let expect = |name: &str, ins: &[u64], outs: &[u64]| (name.to_owned(), ins.to_vec(), outs.to_vec());
-        assert_eq!(marked, [expect("and", &[0, 1], &[0]), expect("f_and", &[1], &[]), expect("mixed", &[0, 1], &[])]);
+        assert_eq!(
+            marked,
+            [
+                expect("and", &[0, 1], &[0]),
+                expect("f_and", &[1], &[]),
+                // `LoopCond` reads it in host memory, so our reader does too.
+                expect("mixed", &[0, 1], &[0]),
+                expect("mixed_and", &[0], &[]),
+            ]
+        );
+        let again = mark_host_edges(&edges.graph, "WASM", &keep_nothing, &ours).unwrap();
+        assert_eq!(again.graph, edges.graph);
+    }
+
+    #[test]
+    fn both_sides_of_an_edge_inside_the_device_agree() {
+        // Keras' step: an int32 constant masks a bitcast output (our
+        // `BitwiseAnd`); the accuracy metric casts our `ArgMax` to float;
+        // `ops.take` selects int32 indices (our `SelectV2`) that TensorFlow's
+        // int32 `Reshape` and our `GatherV2` read.
+        let mut mask = node("mask", "Const", &[], WASM0);
+        put_type_attr(b"dtype", DT_INT32, &mut mask); // a constant's type is `dtype`, not `T`
+        let nodes = [
+            mask,
+            typed(node("bits", "BitwiseAnd", &["x", "mask"], WASM0), DT_INT32),
+            node("argmax", "ArgMax", &["logits", "axis"], WASM0),
+            cast("argmax_f", "argmax", WASM0, DT_INT32, DT_FLOAT),
+            typed(node("take", "SelectV2", &["c", "i", "j"], WASM0), DT_INT32),
+            typed(node("flat", "Reshape", &["take", "shape"], WASM0), DT_INT32),
+            node("rows", "GatherV2", &["table", "take", "axis"], WASM0),
+            // A float read by the CPU and by ours stays with the guest; the
+            // CPU gets a copy.
+            node("sum", "Sum", &["x", "axis"], WASM0),
+            node("sum_cpu", "Neg", &["sum"], CPU0),
+            node("sum_ours", "MatMul", &["sum", "sum"], WASM0),
+        ];
+        let ours = |node: &NodeFields<'_>| {
+            matches!(node.op, b"BitwiseAnd" | b"ArgMax" | b"Cast" | b"SelectV2" | b"GatherV2" | b"Sum" | b"MatMul")
+        };
+        let edges = mark_host_edges(&graph(&nodes), "WASM", &keep_nothing, &ours).unwrap();
+        let marked: Vec<_> =
+            marks(&edges.graph).into_iter().filter(|(_, ins, outs)| !ins.is_empty() || !outs.is_empty()).collect();
+        let expect = |name: &str, ins: &[u64], outs: &[u64]| (name.to_owned(), ins.to_vec(), outs.to_vec());
+        assert_eq!(
+            marked,
+            [
+                expect("bits", &[1], &[]),
+                expect("argmax", &[], &[0]),
+                expect("argmax_f", &[0], &[]),
+                expect("take", &[], &[0]),
+                expect("rows", &[1], &[]),
+            ]
+        );
         let again = mark_host_edges(&edges.graph, "WASM", &keep_nothing, &ours).unwrap();
         assert_eq!(again.graph, edges.graph);
     }
