@@ -50,6 +50,9 @@
 //!   our `LogicalAnd` for `LoopCond` (host memory), so `LogicalAnd` takes
 //!   its inputs and makes its output there. Before, each iteration of a
 //!   Keras LSTM copied through the stream three times.
+//! - Both ends of an edge inside the device agree: an output of ours read
+//!   in host memory there is made in host memory when its other readers
+//!   are ours, and they read it there too.
 //!
 //! Edges between two nodes on our device are otherwise not touched: a host tensor
 //! feeding a device-memory input there would make TensorFlow insert a copy.
