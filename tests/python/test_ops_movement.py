@@ -76,6 +76,57 @@ def test_transpose(tf, mode, shape, perm):
     check_same(tf, mode, lambda t: tf.transpose(t, perm), x)
 
 
+@pytest.mark.parametrize("shape,perm", [([0, 3], [1, 0]), ([1, 1], [1, 0]), ([7, 13], [1, 0]), ([3, 5, 7], [2, 0, 1])])
+def test_transpose_int32(tf, mode, shape, perm):
+    x = np.random.default_rng(5).integers(-(2**31), 2**31 - 1, shape).astype(np.int32)
+    check_same(tf, mode, lambda t: tf.transpose(t, perm), x)
+
+
+@pytest.mark.parametrize("layer,shape", [("UpSampling2D", [2, 3, 5, 4]), ("UpSampling2D", [1, 1, 1, 1]), ("UpSampling2D", [0, 3, 5, 2]), ("RepeatVector", [7, 13])])
+def test_repeat_gradient_runs_on_wasm(tf, layer, shape):
+    """Keras' ``ops.repeat`` (``UpSampling2D``, ``RepeatVector``) with an
+    unknown batch size: its gradient transposes int32 indices (and its
+    int32-to-int32 cast is placed before grappler drops it; the sweep runs
+    that one). Pinned to WASM with soft placement off, nothing falls back,
+    and the gradient equals the CPU's."""
+    import keras
+
+    x = data(shape, 21)
+    repeat = keras.layers.UpSampling2D() if layer == "UpSampling2D" else keras.layers.RepeatVector(3)
+
+    def gradient(t):
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            y = repeat(t)
+            loss = tf.reduce_sum(y * y)
+        return tape.gradient(loss, t)
+
+    # The batch dimension unknown, as in a Keras step: the repeat's gradient
+    # then gathers through a transpose of int32 indices.
+    signature = [tf.TensorSpec([None] + shape[1:], tf.float32)]
+
+    @tf.function(input_signature=signature)
+    def reference(t):
+        with tf.device(CPU):
+            return gradient(t)
+
+    @tf.function(input_signature=signature)
+    def pinned(t):
+        with tf.device(WASM):
+            return gradient(t)
+
+    expected = reference(tf.constant(x))
+    soft = tf.config.get_soft_device_placement()
+    tf.config.set_soft_device_placement(False)
+    try:
+        got, ran = ops_on_wasm(tf, pinned, tf.constant(x))
+    finally:
+        tf.config.set_soft_device_placement(soft)
+    assert "Transpose" in ran, sorted(ran)
+    assert on_wasm(got), got.device
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
 def test_transpose_rejects_bad_perm(tf):
     with tf.device(WASM), pytest.raises(tf.errors.InvalidArgumentError):
         tf.raw_ops.Transpose(x=tf.constant(data([2, 3], 1)), perm=tf.constant([0, 0]))

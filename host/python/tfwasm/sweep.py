@@ -214,6 +214,9 @@ def cast_cases(tf, rng):
         Case({"x": ints(rng, (7, 13), -(2**40), 2**40, np.int64), "DstT": tf.int32}),
         Case({"x": np.array([0, -1, 2**31, 2**32 + 5, -(2**31) - 1, 2**63 - 1], np.int64), "DstT": tf.int32}),
         Case({"x": ints(rng, (0, 3), 0, 1, np.int64), "DstT": tf.int32}),
+        # int32 to int32 (the gradient of Keras' ops.repeat): the input.
+        Case({"x": ints(rng, (7, 13), -(2**31), 2**31 - 1, np.int32), "DstT": tf.int32}),
+        Case({"x": ints(rng, (0, 3), 0, 1, np.int32), "DstT": tf.int32}),
     ]
 
 
@@ -552,7 +555,9 @@ def batch_norm_grad_cases(tf, rng):
 def transpose_cases(tf, rng):
     cases = [((2, 3, 5, 7), [0, 2, 1, 3]), ((2, 3, 5, 7), [3, 2, 1, 0]), ((7, 13), [1, 0]), ((0, 3), [1, 0]), ((1, 1), [1, 0]),
              ((4, 1, 6), [1, 0, 2]), ((129, 257), [1, 0]), ((2, 3, 5), [0, 1, 2])]
-    return [Case({"x": f32(rng, s), "perm": np.array(p, t)}) for s, p in cases for t in (np.int32, np.int64)]
+    floats = [Case({"x": f32(rng, s), "perm": np.array(p, t)}) for s, p in cases for t in (np.int32, np.int64)]
+    # int32 (the gradient of Keras' ops.repeat transposes int32 indices).
+    return floats + [Case({"x": ints(rng, s, -(2**31), 2**31 - 1, np.int32), "perm": np.array(p, np.int32)}) for s, p in cases]
 
 
 def concat_cases(tf, rng):

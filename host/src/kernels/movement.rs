@@ -29,7 +29,9 @@ const fn t_idx(index_attr: &'static str) -> [(&'static str, &'static [DType]); 2
     [("T", types::F32), (index_attr, types::INDEX)]
 }
 
-const TRANSPOSE_TYPES: &[(&str, &[DType])] = &t_idx("Tperm");
+/// float32, and int32 for the gradient of Keras' `ops.repeat`
+/// (`UpSampling2D`, `RepeatVector`), which transposes int32 indices.
+const TRANSPOSE_TYPES: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::I32]), ("Tperm", types::INDEX)];
 const TIDX_TYPES: &[(&str, &[DType])] = &t_idx("Tidx");
 const INDEX_TYPES: &[(&str, &[DType])] = &t_idx("Index");
 const TILE_TYPES: &[(&str, &[DType])] = &t_idx("Tmultiples");
@@ -421,7 +423,11 @@ fn transpose(ctx: &dyn OpContext) -> Result<(), Error> {
     let out_shape: Vec<usize> = perm.iter().map(|&p| input.shape()[p as usize]).collect();
     let steps: Vec<isize> = perm.iter().map(|&p| in_strides[p as usize] as isize).collect();
     let mut out = ctx.allocate_output(0, &out_shape)?;
-    View::new(0, &out_shape, &steps).gather(input.data::<f32>()?, out.data_mut()?)
+    let view = View::new(0, &out_shape, &steps);
+    match input.dtype() {
+        DType::I32 => view.gather(input.data::<i32>()?, out.data_mut()?),
+        _ => view.gather(input.data::<f32>()?, out.data_mut()?),
+    }
 }
 
 // --------------------------------------------------------- Concat / Pack

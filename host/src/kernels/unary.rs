@@ -53,6 +53,9 @@ const CAST_FROM_F32: &[(&str, &[DType])] = &[("SrcT", &[DType::F32]), ("DstT", &
 /// the int32 seed the stateless random ops take.
 const CAST_I32_TO_I64: &[(&str, &[DType])] = &[("SrcT", &[DType::I32]), ("DstT", &[DType::I64])];
 const CAST_I64_TO_I32: &[(&str, &[DType])] = &[("SrcT", &[DType::I64]), ("DstT", &[DType::I32])];
+/// int32 to int32, which the gradient of Keras' `ops.repeat` runs: the
+/// input, forwarded.
+const CAST_I32_TO_I32: &[(&str, &[DType])] = &[("SrcT", &[DType::I32]), ("DstT", &[DType::I32])];
 /// float32 → int32 `Bitcast`: Keras' train step reads the bits of a
 /// float32 output to check it for NaN/Inf.
 const BITCAST_F32_TO_I32: &[(&str, &[DType])] = &[("T", &[DType::F32]), ("type", &[DType::I32])];
@@ -94,6 +97,7 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("Cast", CAST_FROM_F32, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
     KernelDef::new("Cast", CAST_I32_TO_I64, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
     KernelDef::new("Cast", CAST_I64_TO_I32, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
+    KernelDef::new("Cast", CAST_I32_TO_I32, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
     KernelDef::new("Bitcast", BITCAST_F32_TO_I32, |attrs| Ok(Box::new(BitcastKernel::new(attrs)?))),
     grad!("ReluGrad", GradOp::Relu),
     grad!("Relu6Grad", GradOp::Relu6),
@@ -431,7 +435,7 @@ impl CastKernel {
             (src, dst),
             (DType::F32 | DType::I32 | DType::I64 | DType::Bool, DType::F32)
                 | (DType::F32, DType::I32 | DType::I64 | DType::Bool)
-                | (DType::I32, DType::I64)
+                | (DType::I32, DType::I64 | DType::I32)
                 | (DType::I64, DType::I32)
         );
         if supported {
