@@ -746,15 +746,38 @@ fn select_typed(
     }
 }
 
+/// An element [`select`] picks without a branch: a random condition
+/// mispredicts every other branch, and the branch-free form vectorises.
+/// float32 picks by its bits, so NaN payloads and -0.0 pass unchanged.
+trait Pick: Copy + Send + Sync {
+    fn pick(condition: TfBool, t: Self, e: Self) -> Self;
+}
+
+impl Pick for i32 {
+    #[inline(always)]
+    fn pick(condition: TfBool, t: i32, e: i32) -> i32 {
+        let mask = -i32::from(condition.get());
+        (t & mask) | (e & !mask)
+    }
+}
+
+impl Pick for i64 {
+    #[inline(always)]
+    fn pick(condition: TfBool, t: i64, e: i64) -> i64 {
+        let mask = -i64::from(condition.get());
+        (t & mask) | (e & !mask)
+    }
+}
+
+impl Pick for f32 {
+    #[inline(always)]
+    fn pick(condition: TfBool, t: f32, e: f32) -> f32 {
+        f32::from_bits(i32::pick(condition, t.to_bits() as i32, e.to_bits() as i32) as u32)
+    }
+}
+
 /// `out = c ? t : e` over a three-way broadcast.
-fn select<T: Copy + Send + Sync>(
-    op: &str,
-    plan: &Broadcast3,
-    c: &[TfBool],
-    t: &[T],
-    e: &[T],
-    out: &mut [T],
-) -> Result<(), Error> {
+fn select<T: Pick>(op: &str, plan: &Broadcast3, c: &[TfBool], t: &[T], e: &[T], out: &mut [T]) -> Result<(), Error> {
     for (what, len, shape) in
         [("condition", c.len(), &plan.shapes[0]), ("t", t.len(), &plan.shapes[1]), ("e", e.len(), &plan.shapes[2])]
     {
@@ -769,7 +792,7 @@ fn select<T: Copy + Send + Sync>(
                     for (((o, &k), &x), &y) in
                         dst.iter_mut().zip(&c[ci..ci + len]).zip(&t[ti..ti + len]).zip(&e[ei..ei + len])
                     {
-                        *o = if k.get() { x } else { y };
+                        *o = T::pick(k, x, y);
                     }
                 }
                 (0, _, _) => {
@@ -783,7 +806,7 @@ fn select<T: Copy + Send + Sync>(
                 }
                 _ => {
                     for (j, o) in dst.iter_mut().enumerate() {
-                        *o = if c[ci + j].get() { t[ti + j * ts] } else { e[ei + j * es] };
+                        *o = T::pick(c[ci + j], t[ti + j * ts], e[ei + j * es]);
                     }
                 }
             }
@@ -1289,6 +1312,29 @@ mod tests {
         ];
         for &[c, t, e] in cases {
             check_select(c, t, e);
+        }
+    }
+
+    #[test]
+    fn select_picks_bits_and_reads_any_nonzero_byte_as_true() {
+        // NaN payloads and signed zeros pass unchanged; a condition byte
+        // other than 0 or 1 is true, as `TfBool::get` reads it.
+        let t = [f32::from_bits(0x7fc0_1234), -0.0, 1.5, f32::NEG_INFINITY, 3.0];
+        let e = [0.0, f32::from_bits(0xffc0_0001), -2.5, 7.0, f32::MIN_POSITIVE / 4.0];
+        let c = [TfBool(1), TfBool(0), TfBool(2), TfBool(0), TfBool(255)];
+        let inputs = vec![
+            Tensor::from_vec(&[5], c.to_vec()).unwrap(),
+            Tensor::from_vec(&[5], t.to_vec()).unwrap(),
+            Tensor::from_vec(&[5], e.to_vec()).unwrap(),
+        ];
+        let out = LocalContext::run(&SelectV2Kernel, inputs, &[DType::F32]).unwrap();
+        let bits: Vec<u32> = out[0].to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect();
+        assert_eq!(bits, [t[0].to_bits(), e[1].to_bits(), t[2].to_bits(), e[3].to_bits(), t[4].to_bits()]);
+        for (t, e) in [(i32::MIN, -1), (i32::MAX, 0)] {
+            assert_eq!((i32::pick(TfBool(1), t, e), i32::pick(TfBool(0), t, e)), (t, e));
+        }
+        for (t, e) in [(i64::MIN, -1), (i64::MAX, 0)] {
+            assert_eq!((i64::pick(TfBool(3), t, e), i64::pick(TfBool(0), t, e)), (t, e));
         }
     }
 
