@@ -941,8 +941,21 @@ mod tests {
 
     #[test]
     fn casts_follow_tensorflow() {
-        let special =
-            vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 3e9, -3e9, 2.7, -2.7, 0.5, -0.0, 1e20, -2147483648.0];
+        let special = vec![
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            3e9,
+            -3e9,
+            2.7,
+            -2.7,
+            0.5,
+            -0.0,
+            1e20,
+            -2147483648.0,
+            2147483520.0,
+            2147483648.0,
+        ];
         let n = special.len();
         let run = |src: DType, dst: DType, input: Tensor| {
             LocalContext::run(&CastKernel { src, dst }, vec![input], &[dst]).unwrap().into_iter().next().unwrap()
@@ -950,17 +963,45 @@ mod tests {
         let i32s = run(DType::F32, DType::I32, Tensor::from_vec(&[n], special.clone()).unwrap());
         assert_eq!(
             i32s.to_vec::<i32>().unwrap(),
-            [i32::MIN, i32::MIN, i32::MIN, i32::MIN, i32::MIN, 2, -2, 0, 0, i32::MIN, i32::MIN]
+            [
+                i32::MIN,
+                i32::MIN,
+                i32::MIN,
+                i32::MIN,
+                i32::MIN,
+                2,
+                -2,
+                0,
+                0,
+                i32::MIN,
+                i32::MIN,
+                2_147_483_520,
+                i32::MIN
+            ]
         );
         let i64s = run(DType::F32, DType::I64, Tensor::from_vec(&[n], special.clone()).unwrap());
         assert_eq!(
             i64s.to_vec::<i64>().unwrap(),
-            [i64::MIN, i64::MIN, i64::MIN, 3_000_000_000, -3_000_000_000, 2, -2, 0, 0, i64::MIN, -2_147_483_648]
+            [
+                i64::MIN,
+                i64::MIN,
+                i64::MIN,
+                3_000_000_000,
+                -3_000_000_000,
+                2,
+                -2,
+                0,
+                0,
+                i64::MIN,
+                -2_147_483_648,
+                2_147_483_520,
+                2_147_483_648
+            ]
         );
         let bools = run(DType::F32, DType::Bool, Tensor::from_vec(&[n], special).unwrap());
         assert_eq!(
             bools.to_vec::<TfBool>().unwrap().iter().map(|b| b.0).collect::<Vec<_>>(),
-            [1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1]
+            [1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1]
         );
 
         let f =
