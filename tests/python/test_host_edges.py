@@ -344,21 +344,20 @@ embedded_history = embedded.fit(tokens, labels, batch_size=16, epochs=2, verbose
 step_graphs = context.context().export_run_metadata().function_graphs
 context.context().disable_run_metadata()
 train_steps = [g for g in step_graphs if any(n.op == "IteratorGetNext" for p in g.partition_graphs for n in p.node)]
-out["embedding"] = {
-    "loops": len(train_steps),
-    "inside": inside_copies(train_steps),
-    "loss": embedded_history.history["loss"],
-    "weights_on": embedded.weights[0].value.device.rsplit(":", 2)[-2],
-}
+
+def keras_case(graphs, fitted, history):
+    return {
+        "loops": len(graphs),
+        "inside": inside_copies(graphs),
+        "loss": history.history["loss"],
+        "weights_on": fitted.weights[0].value.device.rsplit(":", 2)[-2],
+    }
+
+out["embedding"] = keras_case(train_steps, embedded, embedded_history)
 # The functions that run the recurrence (Keras' one-off functions, such as
 # variable-initialisation checks too small for graph passes, are not ours).
 loops = [g for g in graphs if any(n.op == "LoopCond" for p in g.partition_graphs for n in p.node)]
-out["lstm"] = {
-    "loops": len(loops),
-    "inside": inside_copies(loops),
-    "loss": history.history["loss"],
-    "weights_on": model.weights[0].value.device.rsplit(":", 2)[-2],
-}
+out["lstm"] = keras_case(loops, model, history)
 result("cases", json.dumps(out))
 """
 

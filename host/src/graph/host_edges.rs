@@ -453,6 +453,16 @@ mod tests {
             .collect()
     }
 
+    /// The nodes that carry marks, with them, in graph order.
+    fn marked_nodes(graph: &[u8]) -> Vec<(String, Vec<u64>, Vec<u64>)> {
+        marks(graph).into_iter().filter(|(_, ins, outs)| !ins.is_empty() || !outs.is_empty()).collect()
+    }
+
+    /// A node's expected marks, as [`marks`] lists them.
+    fn expect(name: &str, ins: &[u64], outs: &[u64]) -> (String, Vec<u64>, Vec<u64>) {
+        (name.to_owned(), ins.to_vec(), outs.to_vec())
+    }
+
     /// A Keras step in miniature: the batch from the CPU iterator feeds a
     /// product and the loss; the loss goes back to a CPU node.
     fn step() -> Vec<Vec<u8>> {
@@ -471,7 +481,6 @@ mod tests {
         let edges = mark_host_edges(&input, "WASM", &keep_nothing, &ours).unwrap();
         assert_eq!((edges.inputs, edges.outputs), (2, 1));
         let marks = marks(&edges.graph);
-        let expect = |name: &str, ins: &[u64], outs: &[u64]| (name.to_owned(), ins.to_vec(), outs.to_vec());
         assert_eq!(
             marks,
             [
@@ -628,9 +637,7 @@ mod tests {
             node("mixed_and", "LogicalAnd", &["mixed", "f_less"], WASM0),
         ];
         let edges = mark_host_edges(&graph(&nodes), "WASM", &keep_nothing, &ours).unwrap();
-        let marked: Vec<_> =
-            marks(&edges.graph).into_iter().filter(|(_, ins, outs)| !ins.is_empty() || !outs.is_empty()).collect();
-        let expect = |name: &str, ins: &[u64], outs: &[u64]| (name.to_owned(), ins.to_vec(), outs.to_vec());
+        let marked = marked_nodes(&edges.graph);
         assert_eq!(
             marked,
             [
@@ -671,9 +678,7 @@ mod tests {
             matches!(node.op, b"BitwiseAnd" | b"ArgMax" | b"Cast" | b"SelectV2" | b"GatherV2" | b"Sum" | b"MatMul")
         };
         let edges = mark_host_edges(&graph(&nodes), "WASM", &keep_nothing, &ours).unwrap();
-        let marked: Vec<_> =
-            marks(&edges.graph).into_iter().filter(|(_, ins, outs)| !ins.is_empty() || !outs.is_empty()).collect();
-        let expect = |name: &str, ins: &[u64], outs: &[u64]| (name.to_owned(), ins.to_vec(), outs.to_vec());
+        let marked = marked_nodes(&edges.graph);
         assert_eq!(
             marked,
             [
@@ -748,9 +753,7 @@ mod tests {
             .iter()
             .zip(&nodes)
             .all(|((_, device), node)| NodeFields::read(node).unwrap().device == device.as_bytes()));
-        let marked: Vec<_> =
-            marks(&edges.graph).into_iter().filter(|(_, ins, outs)| !ins.is_empty() || !outs.is_empty()).collect();
-        let expect = |name: &str, ins: &[u64], outs: &[u64]| (name.to_owned(), ins.to_vec(), outs.to_vec());
+        let marked = marked_nodes(&edges.graph);
         assert_eq!(
             marked,
             [expect("y", &[0, 1], &[]), expect("round_trip", &[0], &[0]), expect("two_cpus", &[], &[0])]
