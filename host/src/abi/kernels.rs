@@ -914,3 +914,30 @@ impl SpareStatus {
         Ok(outcome)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `DType`'s numbers are the C API's (which `tests/rust/layout.rs`
+    /// checks against the wheel's headers), both ways.
+    #[test]
+    fn dtypes_map_to_the_c_api_numbers() {
+        let pairs = [
+            (DType::F32, TF_FLOAT),
+            (DType::F64, TF_DOUBLE),
+            (DType::I32, TF_INT32),
+            (DType::I64, TF_INT64),
+            (DType::U8, TF_UINT8),
+            (DType::U64, TF_UINT64),
+            (DType::Bool, TF_BOOL),
+        ];
+        for (dtype, number) in pairs {
+            assert_eq!(tf_dtype(dtype), number, "{dtype}");
+            assert_eq!(from_tf_dtype(number), Some(dtype), "{dtype}");
+        }
+        for unknown in [0, 5, 7, 14, 19, 20, 21, 101] {
+            assert_eq!(from_tf_dtype(unknown), None, "{unknown}");
+        }
+    }
+}

@@ -67,10 +67,17 @@ impl DType {
     }
 
     /// The type whose `DataType` number is `number`, if tfwasm has one.
-    pub fn from_datatype(number: i64) -> Option<DType> {
-        [DType::F32, DType::F64, DType::I32, DType::I64, DType::U8, DType::U64, DType::Bool]
-            .into_iter()
-            .find(|dtype| i64::from(dtype.datatype()) == number)
+    pub const fn from_datatype(number: i64) -> Option<DType> {
+        Some(match number {
+            1 => DType::F32,
+            2 => DType::F64,
+            3 => DType::I32,
+            4 => DType::U8,
+            9 => DType::I64,
+            10 => DType::Bool,
+            23 => DType::U64,
+            _ => return None,
+        })
     }
 }
 
