@@ -223,6 +223,25 @@ mod tests {
     }
 
     #[test]
+    fn implements_tells_our_types_from_tensorflows() {
+        let types = |pairs: &'static [(&'static str, i64)]| {
+            move |attr: &str| pairs.iter().find(|(a, _)| *a == attr).map(|&(_, t)| t)
+        };
+        // float32 `Less` is ours; int32 `Less` is TensorFlow's (host memory).
+        assert!(implements(b"Less", &types(&[("T", 1)])));
+        assert!(!implements(b"Less", &types(&[("T", 3)])));
+        // Every type attribute must match one registration.
+        assert!(implements(b"Transpose", &types(&[("T", 3), ("Tperm", 9)])));
+        assert!(!implements(b"Transpose", &types(&[("T", 3), ("Tperm", 1)])));
+        // An attribute not given matches; a type we have no DType for does not.
+        assert!(implements(b"LogicalAnd", &types(&[])));
+        assert!(implements(b"MatMul", &types(&[])));
+        assert!(!implements(b"MatMul", &types(&[("T", 19)])));
+        assert!(!implements(b"NoSuchOp", &types(&[])));
+        assert!(!implements(&[0xff, 0xfe], &types(&[])));
+    }
+
+    #[test]
     fn type_combinations_are_the_cartesian_product() {
         const TYPES: &[(&str, &[DType])] = &[("T", &[DType::F32]), ("Tidx", &[DType::I32, DType::I64])];
         let def = KernelDef::new("Sum", TYPES, |_| Err(Error::Internal("unused".into())));
