@@ -120,11 +120,11 @@ pub(crate) fn scatter_ops_registered() -> bool {
 }
 
 /// Defines one of our own ops in TensorFlow's op registry, with the given
-/// inputs and attributes and one output `y: T`. Called once per process (never by a second copy of the library:
-/// TensorFlow aborts on a name registered twice). Its shape function
-/// leaves the output shape unknown, which is always correct: the nodes are
-/// made by our graph pass after shapes were inferred, and kernels need no
-/// static shapes.
+/// inputs and attributes and one output `y: T`. Called once per process
+/// (never by a second copy of the library: TensorFlow aborts on a name
+/// registered twice). Its shape function leaves the output shape unknown,
+/// which is always correct: the nodes are made by our graph pass after
+/// shapes were inferred, and kernels need no static shapes.
 fn register_own_op(op: &str, inputs: &[&str], attrs: &[&str]) -> Result<(), Error> {
     let failed = |what: &str| Error::Internal(format!("cannot define the {op} op: {what}"));
     let name = CString::new(op).map_err(|_| failed("bad op name"))?;

@@ -190,8 +190,17 @@ pub fn registered() -> &'static [KernelDef] {
 /// we leave out (int32 `Less`, `AddV2`, ... in host memory), and the pass
 /// must tell those nodes from ours.
 pub fn implements(op: &[u8], type_of: &dyn Fn(&str) -> Option<i64>) -> bool {
-    let Ok(op) = std::str::from_utf8(op) else { return false };
-    registered().iter().filter(|def| def.op == op).any(|def| {
+    type ByOp = std::collections::HashMap<&'static str, Vec<&'static KernelDef>>;
+    static BY_OP: std::sync::OnceLock<ByOp> = std::sync::OnceLock::new();
+    let by_op = BY_OP.get_or_init(|| {
+        let mut by_op = ByOp::new();
+        for def in registered() {
+            by_op.entry(def.op).or_default().push(def);
+        }
+        by_op
+    });
+    let Some(defs) = std::str::from_utf8(op).ok().and_then(|op| by_op.get(op)) else { return false };
+    defs.iter().any(|def| {
         def.types.iter().all(|&(attr, dtypes)| {
             type_of(attr).is_none_or(|number| DType::from_datatype(number).is_some_and(|dtype| dtypes.contains(&dtype)))
         })

@@ -49,9 +49,7 @@ impl DType {
             DType::Bool => "bool",
         }
     }
-}
 
-impl DType {
     /// TensorFlow's `DataType` number for the type, the same in its C API
     /// (`TF_DataType`) and in its protos (`GraphDef` attributes).
     pub const fn datatype(self) -> i32 {
