@@ -448,22 +448,50 @@ impl CastKernel {
 
 /// float32 → int32 as TensorFlow's x86 build does it: truncation, with NaN
 /// and out-of-range values giving `i32::MIN` (what `cvttss2si` returns).
+///
+/// Worked out on the bits, in integer steps with no branch, because the
+/// plain form (`v as i32` behind a range check) does not vectorise: Rust's
+/// saturating `as` lowers to a scalar conversion with fix-ups. This form
+/// runs as AVX2's per-lane shifts.
 #[inline(always)]
 fn f32_to_i32(v: f32) -> i32 {
-    if (-2_147_483_648.0..2_147_483_648.0).contains(&v) {
-        v as i32
+    let bits = v.to_bits();
+    // Unbiased exponent; the magnitude is `1.mantissa · 2^exponent`.
+    let exponent = ((bits >> 23) & 0xff) as i32 - 127;
+    let mantissa = (bits & 0x7f_ffff) | 0x80_0000;
+    // Exponents 23..=30 shift left; below 23 shift right, by 31 at most,
+    // which clears the 24-bit mantissa (|v| < 1 truncates to 0).
+    let magnitude = if exponent >= 23 {
+        mantissa << ((exponent - 23) as u32 & 7)
     } else {
+        mantissa >> ((23 - exponent).min(31) as u32)
+    } as i32;
+    let value = if bits >> 31 == 0 { magnitude } else { magnitude.wrapping_neg() };
+    // |v| >= 2^31, infinities and NaN; also -2^31 itself, whose true value
+    // is `i32::MIN` too.
+    if exponent >= 31 {
         i32::MIN
+    } else {
+        value
     }
 }
 
 /// float32 → int64 likewise, `i64::MIN` for NaN and out-of-range values.
 #[inline(always)]
 fn f32_to_i64(v: f32) -> i64 {
-    if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&v) {
-        v as i64
+    let bits = v.to_bits();
+    let exponent = ((bits >> 23) & 0xff) as i64 - 127;
+    let mantissa = u64::from((bits & 0x7f_ffff) | 0x80_0000);
+    let magnitude = if exponent >= 23 {
+        mantissa << ((exponent - 23) as u32 & 63)
     } else {
+        mantissa >> ((23 - exponent).min(63) as u32)
+    } as i64;
+    let value = if bits >> 31 == 0 { magnitude } else { magnitude.wrapping_neg() };
+    if exponent >= 63 {
         i64::MIN
+    } else {
+        value
     }
 }
 
@@ -937,6 +965,36 @@ mod tests {
         let empty = Tensor::from_vec::<f32>(&[0, 4], vec![]).unwrap();
         let out = LocalContext::run(&PredicateKernel { op: Predicate::IsNan }, vec![empty], &[DType::Bool]).unwrap();
         assert_eq!(out[0].shape(), &[0, 4]);
+    }
+
+    #[test]
+    fn float_to_int_bits_match_a_range_checked_conversion() {
+        fn reference_i32(v: f32) -> i32 {
+            if (-2_147_483_648.0..2_147_483_648.0).contains(&v) {
+                v as i32
+            } else {
+                i32::MIN
+            }
+        }
+        fn reference_i64(v: f32) -> i64 {
+            if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&v) {
+                v as i64
+            } else {
+                i64::MIN
+            }
+        }
+        // Every exponent with a spread of mantissas (a prime stride through
+        // the bit patterns), plus each power of two and its neighbours.
+        let strided = (0..=u32::MAX / 65_521).map(|k| k * 65_521);
+        let edges = (0..=255u32).flat_map(|e| {
+            let p = e << 23;
+            [p, p + 1, p.wrapping_sub(1), p | 0x7f_ffff].into_iter().flat_map(|b| [b, b | 0x8000_0000])
+        });
+        for bits in strided.chain(edges) {
+            let v = f32::from_bits(bits);
+            assert_eq!(f32_to_i32(v), reference_i32(v), "{v:e} ({bits:#x}) to int32");
+            assert_eq!(f32_to_i64(v), reference_i64(v), "{v:e} ({bits:#x}) to int64");
+        }
     }
 
     #[test]
