@@ -249,6 +249,9 @@ trait Reducer: 'static {
     /// Sums round better in blocks; other reducers are exact.
     const BLOCKED: bool = false;
     const NEEDS_FINISH: bool = false;
+    /// The result does not depend on the order of combining (up to the
+    /// sign of a zero max or min), so a slice may be cut any way.
+    const ORDER_FREE: bool = false;
     fn combine(acc: Self::T, x: Self::T) -> Self::T;
     fn finish(acc: Self::T, _count: usize) -> Self::T {
         acc
@@ -273,6 +276,9 @@ trait Reducer: 'static {
     /// them into SIMD registers), combined in a fixed order.
     #[inline(always)]
     fn reduce_run(s: &[Self::T]) -> Self::T {
+        if Self::ORDER_FREE {
+            return Self::reduce_run_wide(s);
+        }
         let mut acc = [Self::IDENTITY; 8];
         let chunks = s.chunks_exact(8);
         let rest = chunks.remainder();
@@ -286,6 +292,30 @@ trait Reducer: 'static {
         let mut total = Self::combine(a, b);
         for &x in rest {
             total = Self::combine(total, x);
+        }
+        total
+    }
+
+    /// Like [`reduce_run`](Self::reduce_run) with four times the
+    /// accumulators, for [order-free](Self::ORDER_FREE) reducers: a
+    /// compare-and-blend per element is a dependency chain of a few cycles,
+    /// and one register of eight lanes left `Max` over 1024-element rows at
+    /// 1.3× the CPU device's time.
+    #[inline(always)]
+    fn reduce_run_wide(s: &[Self::T]) -> Self::T {
+        let mut acc = [[Self::IDENTITY; 8]; 4];
+        let chunks = s.chunks_exact(32);
+        let rest = chunks.remainder();
+        for chunk in chunks {
+            for (acc, part) in acc.iter_mut().zip(chunk.chunks_exact(8)) {
+                for i in 0..8 {
+                    acc[i] = Self::combine(acc[i], part[i]);
+                }
+            }
+        }
+        let mut total = Self::IDENTITY;
+        for lane in acc.iter().flatten().chain(rest) {
+            total = Self::combine(total, *lane);
         }
         total
     }
@@ -329,6 +359,7 @@ struct MaxR;
 impl Reducer for MaxR {
     type T = f32;
     const IDENTITY: f32 = f32::NEG_INFINITY;
+    const ORDER_FREE: bool = true;
     /// NaN wins, as in TensorFlow's CPU kernel.
     #[inline(always)]
     fn combine(acc: f32, x: f32) -> f32 {
@@ -344,6 +375,7 @@ struct MinR;
 impl Reducer for MinR {
     type T = f32;
     const IDENTITY: f32 = f32::INFINITY;
+    const ORDER_FREE: bool = true;
     #[inline(always)]
     fn combine(acc: f32, x: f32) -> f32 {
         if acc < x || acc.is_nan() {
@@ -370,6 +402,7 @@ struct ProdI32R;
 impl Reducer for ProdI32R {
     type T = i32;
     const IDENTITY: i32 = 1;
+    const ORDER_FREE: bool = true;
     #[inline(always)]
     fn combine(acc: i32, x: i32) -> i32 {
         acc.wrapping_mul(x)
@@ -380,6 +413,7 @@ struct AllR;
 impl Reducer for AllR {
     type T = TfBool;
     const IDENTITY: TfBool = TfBool(1);
+    const ORDER_FREE: bool = true;
     #[inline(always)]
     fn combine(acc: TfBool, x: TfBool) -> TfBool {
         TfBool(acc.0 & u8::from(x.0 != 0))
@@ -390,6 +424,7 @@ struct AnyR;
 impl Reducer for AnyR {
     type T = TfBool;
     const IDENTITY: TfBool = TfBool(0);
+    const ORDER_FREE: bool = true;
     #[inline(always)]
     fn combine(acc: TfBool, x: TfBool) -> TfBool {
         TfBool(acc.0 | u8::from(x.0 != 0))
