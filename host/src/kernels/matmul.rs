@@ -20,13 +20,17 @@ use crate::error::Error;
 pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("MatMul", types::T_F32, build_matmul),
     KernelDef::new("BatchMatMulV2", types::T_F32, build_batch_matmul),
-    KernelDef::new("BiasAdd", types::T_F32, |a| {
-        Ok(Box::new(BiasKernel { channels_first: channels_first(a)?, grad: false }))
-    }),
-    KernelDef::new("BiasAddGrad", types::T_F32, |a| {
-        Ok(Box::new(BiasKernel { channels_first: channels_first(a)?, grad: true }))
-    }),
+    KernelDef::new("BiasAdd", types::T_F32, build_bias_add),
+    KernelDef::new("BiasAddGrad", types::T_F32, build_bias_add_grad),
 ];
+
+fn build_bias_add(attrs: &dyn Attrs) -> Result<Box<dyn Kernel>, Error> {
+    Ok(Box::new(BiasKernel { channels_first: channels_first(attrs)?, grad: false }))
+}
+
+fn build_bias_add_grad(attrs: &dyn Attrs) -> Result<Box<dyn Kernel>, Error> {
+    Ok(Box::new(BiasKernel { channels_first: channels_first(attrs)?, grad: true }))
+}
 
 /// Reads `transpose_a`/`transpose_b`. `grad_a`/`grad_b` (present on newer
 /// graphs) only say which gradient the node computes and are not read.

@@ -39,6 +39,7 @@ pub mod binary;
 pub mod conv;
 pub mod einsum;
 pub mod fused;
+pub mod half;
 pub mod matmul;
 pub mod movement;
 pub mod nn;
@@ -96,12 +97,24 @@ pub struct KernelDef {
     /// the overlap won (`docs/architecture.md`, "deferred"); for the
     /// depthwise convolutions it has not been measured.
     pub deferrable: bool,
+    /// A float16/bfloat16 registration of a float32 kernel: `create` wraps
+    /// what `build` makes so it computes in float32 ([`half`]).
+    pub widened: bool,
     pub build: BuildFn,
 }
 
 impl KernelDef {
     pub const fn new(op: &'static str, types: &'static [(&'static str, &'static [DType])], build: BuildFn) -> Self {
-        KernelDef { op, types, host_memory: &[], deferrable: false, build }
+        KernelDef { op, types, host_memory: &[], deferrable: false, widened: false, build }
+    }
+
+    /// Builds the kernel for a node with attributes `attrs`.
+    pub fn create(&self, attrs: &dyn Attrs) -> Result<Box<dyn Kernel>, Error> {
+        if self.widened {
+            half::widen(attrs, self.build)
+        } else {
+            (self.build)(attrs)
+        }
     }
 
     pub const fn deferrable(self) -> Self {
@@ -152,11 +165,14 @@ pub mod types {
     pub const F32: &[DType] = &[DType::F32];
     pub const INDEX: &[DType] = &[DType::I32, DType::I64];
     pub const T_F32: &[(&str, &[DType])] = &[("T", F32)];
+    /// float16 and bfloat16, computed in float32 ([`super::half`]).
+    pub const HALF: &[DType] = &[DType::F16, DType::BF16];
+    pub const T_HALF: &[(&str, &[DType])] = &[("T", HALF)];
 }
 
 /// Every kernel tfwasm registers, in registration order.
 pub fn registry() -> Vec<KernelDef> {
-    [
+    let mut defs = [
         binary::KERNELS,
         unary::KERNELS,
         reduce::KERNELS,
@@ -170,7 +186,10 @@ pub fn registry() -> Vec<KernelDef> {
         scatter::KERNELS,
         fused::KERNELS,
     ]
-    .concat()
+    .concat();
+    let narrow = half::narrow_registrations(&defs);
+    defs.extend(narrow);
+    defs
 }
 
 /// [`registry()`], built once for the process.
@@ -245,7 +264,8 @@ mod tests {
         // An attribute not given matches; a type we have no DType for does not.
         assert!(implements(b"LogicalAnd", &types(&[])));
         assert!(implements(b"MatMul", &types(&[])));
-        assert!(!implements(b"MatMul", &types(&[("T", 19)])));
+        assert!(implements(b"MatMul", &types(&[("T", 19)])));
+        assert!(!implements(b"MatMul", &types(&[("T", 20)])));
         assert!(!implements(b"NoSuchOp", &types(&[])));
         assert!(!implements(&[0xff, 0xfe], &types(&[])));
     }

@@ -19,6 +19,11 @@ use crate::error::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
+    /// IEEE half precision (Keras' `mixed_float16`).
+    F16,
+    /// bfloat16: float32's exponent with 8 bits of mantissa
+    /// (`mixed_bfloat16`).
+    BF16,
     F64,
     I32,
     I64,
@@ -33,6 +38,7 @@ impl DType {
         match self {
             DType::F32 | DType::I32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::F16 | DType::BF16 => 2,
             DType::U8 | DType::Bool => 1,
         }
     }
@@ -41,6 +47,8 @@ impl DType {
     pub const fn name(self) -> &'static str {
         match self {
             DType::F32 => "float32",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
             DType::F64 => "float64",
             DType::I32 => "int32",
             DType::I64 => "int64",
@@ -60,6 +68,8 @@ impl DType {
             DType::U8 => 4,
             DType::I64 => 9,
             DType::Bool => 10,
+            DType::BF16 => 14,
+            DType::F16 => 19,
             DType::U64 => 23,
         }
     }
@@ -73,6 +83,8 @@ impl DType {
             4 => DType::U8,
             9 => DType::I64,
             10 => DType::Bool,
+            14 => DType::BF16,
+            19 => DType::F16,
             23 => DType::U64,
             _ => return None,
         })
@@ -117,6 +129,15 @@ pub unsafe trait Element: Copy + Default + Send + Sync + fmt::Debug + 'static {
 // SAFETY: plain numbers (every bit pattern valid) of the sizes `DType::size` gives.
 unsafe impl Element for f32 {
     const DTYPE: DType = DType::F32;
+}
+// SAFETY: `half`'s types are `repr(transparent)` over `u16`; every bit
+// pattern is a number, an infinity or a NaN.
+unsafe impl Element for half::f16 {
+    const DTYPE: DType = DType::F16;
+}
+// SAFETY: as above.
+unsafe impl Element for half::bf16 {
+    const DTYPE: DType = DType::BF16;
 }
 // SAFETY: as above.
 unsafe impl Element for f64 {
@@ -254,6 +275,8 @@ impl Tensor {
             .ok_or_else(|| Error::Internal(format!("tensor shape {} is too large", ShapeDisplay(shape))))?;
         match dtype {
             DType::F32 => Tensor::from_vec(shape, vec![0f32; len]),
+            DType::F16 => Tensor::from_vec(shape, vec![half::f16::ZERO; len]),
+            DType::BF16 => Tensor::from_vec(shape, vec![half::bf16::ZERO; len]),
             DType::F64 => Tensor::from_vec(shape, vec![0f64; len]),
             DType::I32 => Tensor::from_vec(shape, vec![0i32; len]),
             DType::I64 => Tensor::from_vec(shape, vec![0i64; len]),
@@ -407,8 +430,47 @@ pub struct LocalContext {
 
 /// An output a kernel allocated or forwarded, kept to be read back.
 enum LocalOutput {
-    Allocated { dtype: DType, shape: Vec<usize>, buffer: Arc<SharedBuffer> },
+    Allocated(Scratch),
     Forwarded(usize),
+}
+
+/// A tensor in host memory outside TensorFlow that one writer fills and
+/// that is read back once the writer is done: the outputs of a
+/// [`LocalContext`], and the float32 results of a kernel run for a
+/// narrower type (`half`).
+pub struct Scratch {
+    dtype: DType,
+    shape: Vec<usize>,
+    buffer: Arc<SharedBuffer>,
+}
+
+impl Scratch {
+    /// A scratch tensor of every byte `fill`, and the writable tensor over it.
+    pub fn new(dtype: DType, shape: &[usize], fill: u8) -> Result<(Scratch, Tensor), Error> {
+        let len = element_count(shape).ok_or_else(|| Error::Internal("output shape too large".into()))?;
+        let buffer = SharedBuffer::new(len * dtype.size(), fill);
+        let tensor =
+            // SAFETY: a fresh buffer of the tensor's bytes, aligned to 8;
+            // `read` hands it out again only once the writer is done.
+            unsafe { Tensor::from_raw(dtype, shape, Some(buffer.ptr()), true, Owner::value(Arc::clone(&buffer)))? };
+        Ok((Scratch { dtype, shape: shape.to_vec(), buffer }, tensor))
+    }
+
+    /// The contents, read-only. The writable tensor `new` returned must be
+    /// gone (its kernel returned), as every caller here ensures.
+    pub fn read(&self) -> Result<Tensor, Error> {
+        // SAFETY: the buffer holds the bytes of `shape` (allocated for it),
+        // aligned to 8, and its writer is done.
+        unsafe {
+            Tensor::from_raw(
+                self.dtype,
+                &self.shape,
+                Some(self.buffer.ptr()),
+                false,
+                Owner::value(Arc::clone(&self.buffer)),
+            )
+        }
+    }
 }
 
 /// Bytes written through a raw pointer by the kernel while the context keeps
@@ -462,12 +524,7 @@ impl LocalContext {
         let outputs = self.outputs.borrow();
         match outputs.get(index)?.as_ref()? {
             LocalOutput::Forwarded(input) => self.input(*input).ok(),
-            LocalOutput::Allocated { dtype, shape, buffer } => {
-                // SAFETY: the buffer holds the bytes of `shape` (allocated
-                // for it), aligned to 8, and the kernel is done writing.
-                unsafe { Tensor::from_raw(*dtype, shape, Some(buffer.ptr()), false, Owner::value(Arc::clone(buffer))) }
-                    .ok()
-            }
+            LocalOutput::Allocated(scratch) => scratch.read().ok(),
         }
     }
 }
@@ -499,14 +556,8 @@ impl OpContext for LocalContext {
     }
 
     fn allocate_output(&self, index: usize, shape: &[usize]) -> Result<Tensor, Error> {
-        let dtype = self.output_dtype(index)?;
-        let len = element_count(shape).ok_or_else(|| Error::Internal("output shape too large".into()))?;
-        let buffer = SharedBuffer::new(len * dtype.size(), 0xFF);
-        let tensor =
-            // SAFETY: a fresh buffer of the output's bytes, aligned to 8;
-            // the context reads it only after the kernel returns.
-            unsafe { Tensor::from_raw(dtype, shape, Some(buffer.ptr()), true, Owner::value(Arc::clone(&buffer)))? };
-        self.outputs.borrow_mut()[index] = Some(LocalOutput::Allocated { dtype, shape: shape.to_vec(), buffer });
+        let (scratch, tensor) = Scratch::new(self.output_dtype(index)?, shape, 0xFF)?;
+        self.outputs.borrow_mut()[index] = Some(LocalOutput::Allocated(scratch));
         Ok(tensor)
     }
 

@@ -30,7 +30,7 @@ use super::vmath::{
     erf_f32, erfc_f32, exp_f32, exp_in_range_f32, in_wide_lanes, is_exp_in_range, is_normal_positive, ln_1p_f32,
     ln_f32, ln_normal_f32, sigmoid_f32, tanh_f32,
 };
-use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, TfBool};
+use super::{expect_inputs, half, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, TfBool};
 use crate::error::Error;
 
 macro_rules! unary {
@@ -46,8 +46,9 @@ macro_rules! grad {
 }
 
 const CAST_TO_F32: &[(&str, &[DType])] =
-    &[("SrcT", &[DType::F32, DType::I32, DType::I64, DType::Bool]), ("DstT", &[DType::F32])];
-const CAST_FROM_F32: &[(&str, &[DType])] = &[("SrcT", &[DType::F32]), ("DstT", &[DType::I32, DType::I64, DType::Bool])];
+    &[("SrcT", &[DType::F32, DType::I32, DType::I64, DType::Bool, DType::F16, DType::BF16]), ("DstT", &[DType::F32])];
+const CAST_FROM_F32: &[(&str, &[DType])] =
+    &[("SrcT", &[DType::F32]), ("DstT", &[DType::I32, DType::I64, DType::Bool, DType::F16, DType::BF16])];
 /// The integer casts Keras runs on the device: int32 constants widened for
 /// the int64 step counter, and the int64 seed-generator state narrowed to
 /// the int32 seed the stateless random ops take.
@@ -420,26 +421,30 @@ impl Kernel for PredicateKernel {
 
 // -------------------------------------------------------------------- Cast
 
-/// `Cast` between float32 and int32/int64/bool (one side float32), and
-/// between int32 and int64.
+/// `Cast` between float32 and int32/int64/bool/float16/bfloat16 (one side
+/// float32), and between int32 and int64.
 #[derive(Debug)]
 struct CastKernel {
     src: DType,
     dst: DType,
+    /// `Truncate`: float32 → bfloat16 drops the low bits instead of
+    /// rounding (TensorFlow's attribute; it changes nothing else here).
+    truncate: bool,
 }
 
 impl CastKernel {
     fn new(attrs: &dyn Attrs) -> Result<Self, Error> {
         let (src, dst) = (attrs.dtype("SrcT")?, attrs.dtype("DstT")?);
+        let truncate = attrs.has("Truncate") && attrs.bool("Truncate")?;
         let supported = matches!(
             (src, dst),
-            (DType::F32 | DType::I32 | DType::I64 | DType::Bool, DType::F32)
-                | (DType::F32, DType::I32 | DType::I64 | DType::Bool)
+            (DType::F32 | DType::I32 | DType::I64 | DType::Bool | DType::F16 | DType::BF16, DType::F32)
+                | (DType::F32, DType::I32 | DType::I64 | DType::Bool | DType::F16 | DType::BF16)
                 | (DType::I32, DType::I64 | DType::I32)
                 | (DType::I64, DType::I32)
         );
         if supported {
-            Ok(CastKernel { src, dst })
+            Ok(CastKernel { src, dst, truncate })
         } else {
             Err(Error::InvalidArgument(format!("Cast: tfwasm has no kernel from {src} to {dst}")))
         }
@@ -527,6 +532,23 @@ impl Kernel for CastKernel {
             (DType::F32, DType::Bool) => cast(&x, &mut out, |v: f32| TfBool((v != 0.0) as u8)),
             (DType::I32, DType::I64) => cast(&x, &mut out, |v: i32| i64::from(v)),
             (DType::I64, DType::I32) => cast(&x, &mut out, |v: i64| v as i32),
+            (DType::F16, DType::F32) => {
+                half::widen_f16(x.data()?, out.data_mut()?);
+                Ok(())
+            }
+            (DType::BF16, DType::F32) => {
+                half::widen_bf16(x.data()?, out.data_mut()?);
+                Ok(())
+            }
+            (DType::F32, DType::F16) => {
+                half::narrow_f16(x.data()?, out.data_mut()?);
+                Ok(())
+            }
+            (DType::F32, DType::BF16) if self.truncate => cast(&x, &mut out, half::bf16_truncated),
+            (DType::F32, DType::BF16) => {
+                half::narrow_bf16(x.data()?, out.data_mut()?);
+                Ok(())
+            }
             (src, dst) => Err(Error::InvalidArgument(format!("Cast: tfwasm has no kernel from {src} to {dst}"))),
         }
     }
@@ -1016,7 +1038,11 @@ mod tests {
         ];
         let n = special.len();
         let run = |src: DType, dst: DType, input: Tensor| {
-            LocalContext::run(&CastKernel { src, dst }, vec![input], &[dst]).unwrap().into_iter().next().unwrap()
+            LocalContext::run(&CastKernel { src, dst, truncate: false }, vec![input], &[dst])
+                .unwrap()
+                .into_iter()
+                .next()
+                .unwrap()
         };
         let i32s = run(DType::F32, DType::I32, Tensor::from_vec(&[n], special.clone()).unwrap());
         assert_eq!(

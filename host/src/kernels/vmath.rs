@@ -267,7 +267,7 @@ pub fn erfc_f32(v: f32) -> f32 {
     s = s.mul_add(x2, -2.686_617e-2);
     s = s.mul_add(x2, 1.128_379_2e-1);
     s = s.mul_add(x2, -3.761_263_9e-1);
-    s = s.mul_add(x2, 1.128_379_2);
+    s = s.mul_add(x2, std::f32::consts::FRAC_2_SQRT_PI);
     let near = (-v).mul_add(s, 1.0);
     // erfc(10) is far below the smallest float32; the clamp keeps z² finite
     // (and NaN out of the arithmetic: `min` returns 10 for it).
