@@ -135,12 +135,14 @@ def main(argv=None) -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--jit", choices=["false", "default"], default="false")
     parser.add_argument("--optimizer", default="adam", help="a Keras optimizer name")
+    parser.add_argument("--dtype-policy", default="float32", help="Keras' global dtype policy, e.g. mixed_float16")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
     import keras
 
+    keras.mixed_precision.set_global_policy(args.dtype_policy)
     keras.utils.set_random_seed(SEED)
     x, y = data(args.model)
     net = build(args.model)
@@ -153,6 +155,8 @@ def main(argv=None) -> None:
         "eval_loss": float(net.evaluate(x, y, batch_size=BATCH, verbose=0)[0]),
         "predict_sum": float(net.predict(x[:64], batch_size=BATCH, verbose=0).sum()),
         "weights_device": weights_device,
+        # What the first layer with weights computes in (the policy's type).
+        "compute_dtype": next(layer.compute_dtype for layer in net.layers if layer.trainable_weights),
         "devices": sorted({d.device_type for d in tf.config.list_logical_devices()}),
     }
     sys.stdout.flush()

@@ -95,6 +95,44 @@ def test_training_matches_cpu_and_runs_on_wasm(model, tmp_path, cpu_policy):
     assert not missing, f"{model}: never placed on WASM: {sorted(missing)}"
 
 
+# Mixed precision: the layers compute in float16/bfloat16 on both devices,
+# ours rounding each result once, TensorFlow's rounding partial results
+# too, so the losses differ by more than in float32.
+MIXED_LOSS_RTOL = {"mixed_float16": 5e-3, "mixed_bfloat16": 2e-2}
+# What stays on the CPU under mixed precision: the dropout draw in the
+# narrow type (TensorFlow draws it in float16/bfloat16 bits itself).
+MIXED_FALLBACKS = {"StatelessRandomUniformV2"}
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("model", ["mlp", "cnn", "transformer"])
+def test_mixed_precision_training_matches_cpu_and_runs_on_wasm(model, policy, tmp_path, cpu_policy):
+    """Keras' mixed precision policies: float16/bfloat16 layers, float32
+    variables. The narrow layers' ops (products, convolutions, pooling,
+    attention, normalisation, activations, their gradients, the casts
+    between the types) run on WASM, and train to the CPU's losses."""
+    coverage_json = tmp_path / "coverage.json"
+    args = [str(SCRIPT), "--model", model, "--dtype-policy", policy]
+    wasm, _ = run(
+        ["-m", "tfwasm", "coverage", "--json", str(coverage_json), "--", *args], env_with_package(), tmp_path, f"{model} {policy} on WASM"
+    )
+    cpu, _ = run(args, env_with_package(cpu_policy), tmp_path, f"{model} {policy} on CPU")
+    assert wasm["weights_device"].endswith("WASM:0")
+    rtol = MIXED_LOSS_RTOL[policy]
+    np.testing.assert_allclose(wasm["loss"], cpu["loss"], rtol=rtol, err_msg=f"{model} {policy}: losses per epoch")
+    np.testing.assert_allclose(wasm["eval_loss"], cpu["eval_loss"], rtol=rtol)
+    assert wasm["loss"][-1] < wasm["loss"][0], "the model did not learn"
+
+    coverage = json.loads(coverage_json.read_text())
+    assert wasm["compute_dtype"] == cpu["compute_dtype"] == policy.removeprefix("mixed_")
+    fallbacks = set(coverage["fallbacks"])
+    assert fallbacks <= MIXED_FALLBACKS, f"{model} {policy}: ops fell back to the CPU: {sorted(fallbacks - MIXED_FALLBACKS)}"
+    on, total = coverage["compute_nodes_on_device"], coverage["compute_nodes"]
+    assert on / total >= MIN_SHARE_ON_WASM, f"{model} {policy}: {on}/{total} compute nodes on WASM"
+    on_wasm = {node["op"] for node in coverage["nodes"] if node["device"].startswith("WASM")}
+    assert {"Cast", "MatMul" if model == "mlp" else "Conv2D" if model == "cnn" else "Einsum"} <= on_wasm
+
+
 def test_recurrent_training_matches_cpu(tmp_path, cpu_policy):
     """A SimpleRNN's while loop copies its state within the device on the
     compute stream; kernels that read before the copy ran made the losses

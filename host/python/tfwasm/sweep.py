@@ -13,6 +13,11 @@ fails rather than quietly running on CPU), and checks
   stateless random ops must match exactly),
 * the two WASM runs are bit-identical (determinism).
 
+Ops registered for float16/bfloat16 too (Keras' mixed precision) run
+each of their float32 cases again with the ``T`` inputs in each narrow
+type, within a tolerance widened by the narrow type's precision (see
+``narrow_tolerance``).
+
 It prints one row per case: op, dtype, input shapes, max abs error, and
 pass/FAIL, then a summary. A registered op with no case here is a
 failure too ("no sweep case"), so every kernel added must come with one.
@@ -198,6 +203,16 @@ def away_from_zero(rng, x, y):
 # Op cases
 
 
+#: float32 values at the edges of float16 and bfloat16: halfway between two
+#: float16 values (1 + 2^-11, 1 + 3·2^-11) and two bfloat16 values
+#: (1 + 2^-8), beyond float16's range, float16 subnormals and underflow.
+NARROW_EDGES = np.array(
+    [1 + 2**-11, 1 + 3 * 2**-11, 1 + 2**-8, 1 + 3 * 2**-8, 65504, 65520, 70000, -1e30, 3e38,
+     2**-24, 2**-25, 3 * 2**-26, 1e-40, 0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 0.1, -2.7],
+    np.float32,
+)
+
+
 def cast_cases(tf, rng):
     x = f32(rng, (7, 13), -50, 50)
     return [
@@ -214,6 +229,21 @@ def cast_cases(tf, rng):
         Case({"x": ints(rng, (7, 13), -(2**40), 2**40, np.int64), "DstT": tf.int32}),
         Case({"x": np.array([0, -1, 2**31, 2**32 + 5, -(2**31) - 1, 2**63 - 1], np.int64), "DstT": tf.int32}),
         Case({"x": ints(rng, (0, 3), 0, 1, np.int64), "DstT": tf.int32}),
+        # Mixed precision: float32 to and from float16/bfloat16, rounding
+        # to nearest (or, with Truncate, bfloat16 dropping the low bits);
+        # ties, overflow to infinity, subnormals, NaN and signed zeros.
+        *[Case({"x": x, "DstT": t}) for t in (tf.float16, tf.bfloat16)],
+        *[Case({"x": NARROW_EDGES, "DstT": t}) for t in (tf.float16, tf.bfloat16)],
+        Case({"x": NARROW_EDGES, "DstT": tf.bfloat16, "Truncate": True}),
+        Case({"x": f32(rng, (0, 3)), "DstT": tf.float16}),
+        *[Case({"x": f32(rng, (7, 13), -50, 50).astype(t), "DstT": tf.float32}) for t in (np.float16, tf.bfloat16.as_numpy_dtype)],
+        *[Case({"x": NARROW_EDGES.astype(t), "DstT": tf.float32}) for t in (np.float16, tf.bfloat16.as_numpy_dtype)],
+        # Labels to the narrow type (Keras' accuracy under mixed precision)
+        # and back, through float32 as TensorFlow does: ints beyond 2048
+        # round, NaN and infinities become the most negative int.
+        *[Case({"x": ints(rng, (7, 13), -5000, 5000, t), "DstT": d}) for t in (np.int32, np.int64) for d in (tf.float16, tf.bfloat16)],
+        *[Case({"x": boolean(rng, (7, 13)), "DstT": d}) for d in (tf.float16, tf.bfloat16)],
+        *[Case({"x": NARROW_EDGES.astype(t), "DstT": d}) for t in (np.float16, tf.bfloat16.as_numpy_dtype) for d in (tf.int32, tf.int64, tf.bool)],
         # int32 to int32 (the gradient of Keras' ops.repeat): the input.
         Case({"x": ints(rng, (7, 13), -(2**31), 2**31 - 1, np.int32), "DstT": tf.int32}),
         Case({"x": ints(rng, (0, 3), 0, 1, np.int32), "DstT": tf.int32}),
@@ -656,8 +686,31 @@ def pad_v2_cases(tf, rng):
     return [Case({"input": f32(rng, s), "paddings": np.array(p, np.int32), "constant_values": np.float32(1.5)}) for s, p in PADS]
 
 
+def tensor_scatter_update_cases(tf, rng):
+    out = []
+    # (tensor shape, indices shape): rows, single elements, a repeated
+    # index (the last update wins), no indices, a 1×1 tensor.
+    for shape, ind_shape, dup in [((7, 5), (3, 1), False), ((7, 5), (4, 2), False), ((7, 5), (6, 1), True),
+                                  ((3, 4, 5), (2, 2), False), ((7, 5), (0, 1), False), ((1, 1), (1, 2), False)]:
+        depth = ind_shape[-1]
+        idx = np.stack([rng.integers(0, shape[j], ind_shape[:-1]) for j in range(depth)], axis=-1)
+        if dup:
+            idx[-1] = idx[0]
+        updates = f32(rng, ind_shape[:-1] + shape[depth:])
+        for t in (np.int32, np.int64):
+            out.append(Case({"tensor": f32(rng, shape), "indices": idx.astype(t), "updates": updates}))
+        # bool, as Keras' loss scaling marks finite embedding rows.
+        out.append(Case({"tensor": boolean(rng, shape), "indices": idx.astype(np.int32), "updates": boolean(rng, updates.shape)}))
+    return out
+
+
 def fill_cases(tf, rng):
-    return [Case({"dims": np.array(d, t), "value": np.float32(2.5)}) for d in [[2, 3], [0, 4], [], [7, 13, 3]] for t in (np.int32, np.int64)]
+    return [
+        Case({"dims": np.array(d, t), "value": v})
+        for d in [[2, 3], [0, 4], [], [7, 13, 3]]
+        for t in (np.int32, np.int64)
+        for v in (np.float32(2.5), np.bool_(True))
+    ]
 
 
 def gather_cases(tf, rng):
@@ -940,6 +993,7 @@ SPECS: dict[str, Spec] = {
     "Pad": Spec(pad_cases, EXACT),
     "PadV2": Spec(pad_v2_cases, EXACT),
     "Fill": Spec(fill_cases, EXACT),
+    "TensorScatterUpdate": Spec(tensor_scatter_update_cases, EXACT),
     "GatherV2": Spec(gather_cases, EXACT),
     # Each segment summed in the order of the ids, as on the CPU: bit for bit.
     "UnsortedSegmentSum": Spec(unsorted_segment_sum_cases, EXACT),
@@ -1010,9 +1064,58 @@ def as_list(result) -> list:
     return [result]
 
 
-def run_case(tf, op: str, case: Case, spec: Spec, wasm: str) -> tuple[float | None, bool, str]:
+#: Units in the last place of each narrow type's results (2^-10, 2^-7),
+#: and the smallest normal float16 (the bound on an absolute error near 0).
+NARROW_ULP = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
+FLOAT16_TINY = 2.0**-14
+
+
+def narrow_tolerance(tol: tuple[float, float], dtype: str) -> tuple[float, float]:
+    """The tolerance of an op's narrow cases, from its float32 one.
+
+    A narrow case is checked against the CPU's float32 kernel on the same
+    (widened) inputs, rounded to the narrow type: what tfwasm promises. Two
+    float32 results within the op's tolerance can round to neighbouring
+    narrow values, so one unit in the last place is added; exact ops stay
+    exact. (TensorFlow's own narrow kernels round partial results too, e.g.
+    ``1 - y·y`` inside ``TanhGrad``, and are less accurate than that.)
+    """
+    if tol == EXACT:
+        return EXACT
+    rtol, atol = tol
+    return (rtol + NARROW_ULP[dtype], max(atol, FLOAT16_TINY))
+
+
+def narrow_cases(tf, op: str, cases: list[Case]) -> list[tuple[str, Case]]:
+    """Each float32 case again with its ``T``-typed inputs in float16 and in
+    bfloat16 (the other inputs, e.g. batch norm's float32 ``U`` ones, stay).
+    A case with a ``T`` input that is not float32 data is left out."""
+    from tensorflow.python.framework import op_def_registry
+
+    t_inputs = {a.name for a in op_def_registry.get(op).input_arg if a.type_attr == "T"}
+    out = []
+    for name, np_type in (("float16", np.float16), ("bfloat16", tf.bfloat16.as_numpy_dtype)):
+        for case in cases:
+            args = dict(case.args)
+            for key in t_inputs & args.keys():
+                value = args[key]
+                values = value if isinstance(value, list) else [value]
+                if not all(isinstance(v, (np.ndarray, np.generic)) and v.dtype == np.float32 for v in values):
+                    break
+                converted = [np.asarray(v).astype(np_type) for v in values]
+                args[key] = converted if isinstance(value, list) else converted[0]
+            else:
+                out.append((name, Case(args, case.compare)))
+    return out
+
+
+def has_narrow_registration(registrations: list[dict[str, list[str]]]) -> bool:
+    return any("float16" in reg.get("T", []) or "bfloat16" in reg.get("T", []) for reg in registrations)
+
+
+def run_case(tf, op: str, case: Case, spec: Spec, wasm: str, narrow: str | None = None) -> tuple[float | None, bool, str]:
     fn = spec.via(tf) if spec.via else getattr(tf.raw_ops, op)
-    tol = spec.tol
+    tol = narrow_tolerance(spec.tol, narrow) if narrow else spec.tol
 
     def tensors():
         # Inputs are made on the CPU; TensorFlow copies what the kernel
@@ -1026,7 +1129,14 @@ def run_case(tf, op: str, case: Case, spec: Spec, wasm: str) -> tuple[float | No
 
     args = tensors()
     with tf.device("/CPU:0"):
-        expected = [t.numpy() for t in as_list(fn(**args))]
+        if narrow:
+            # The CPU's float32 kernel on the widened inputs, each result
+            # rounded to the type the WASM kernel gives.
+            wide = {k: tf.cast(v, tf.float32) if getattr(v, "dtype", None) in (tf.float16, tf.bfloat16) else v for k, v in args.items()}
+            wide = {k: [tf.cast(x, tf.float32) for x in v] if isinstance(v, list) and v and getattr(v[0], "dtype", None) in (tf.float16, tf.bfloat16) else v for k, v in wide.items()}
+            expected = [t.numpy() for t in as_list(fn(**wide))]
+        else:
+            expected = [t.numpy() for t in as_list(fn(**args))]
     with tf.device(wasm):
         first, ran = ops_run(tf, lambda: as_list(fn(**args)), wasm)
         second = as_list(fn(**args))
@@ -1038,6 +1148,8 @@ def run_case(tf, op: str, case: Case, spec: Spec, wasm: str) -> tuple[float | No
     if off_device:
         notes.append(f"output {off_device} on {first[off_device[0]].device}")
     got, again = [t.numpy() for t in first], [t.numpy() for t in second]
+    if narrow:
+        expected = [e.astype(g.dtype) if e.dtype == np.float32 and g.dtype != np.float32 else e for e, g in zip(expected, got)]
     compare_idx = case.compare if case.compare is not None else range(len(expected))
     worst, ok, more = compare(expected, got, again, tol, compare_idx)
     return worst, ok and not off_device and not (spec.via and expected_op not in ran), "; ".join(notes + more)
@@ -1061,6 +1173,8 @@ def compare(expected: list, got: list, again: list, tol: tuple[float, float], in
             notes.append(f"output {i} differs between two runs")
         if e.size == 0:
             continue
+        if e.dtype.name == "bfloat16":  # numpy sees it as opaque ("V")
+            e, g = e.astype(np.float32), g.astype(np.float32)
         if e.dtype.kind in "fc":
             e64, g64 = e.astype(np.float64), g.astype(np.float64)
             both_nan = np.isnan(g64) & np.isnan(e64)
@@ -1098,10 +1212,13 @@ def sweep(tf, ops: list[str] | None = None, seed: int = 0) -> list[Row]:
             rows.append(Row(op, dtypes, "-", None, False, "no sweep case for this op"))
             continue
         rng = np.random.default_rng(seed)
-        for case in spec.cases(tf, rng):
+        cases = [(None, case) for case in spec.cases(tf, rng)]
+        if op != "Cast" and has_narrow_registration(registered[op]):
+            cases += narrow_cases(tf, op, [case for _, case in cases])
+        for narrow, case in cases:
             dtype, shapes = describe(case.args)
             try:
-                error, ok, note = run_case(tf, op, case, spec, wasm)
+                error, ok, note = run_case(tf, op, case, spec, wasm, narrow)
             except Exception as exc:  # a failure of the op is a row, not the end of the sweep
                 message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 error, ok, note = None, False, f"{type(exc).__name__}: {message[:160]}"

@@ -31,9 +31,11 @@ const T_TIDX: &Constraints = &[("T", types::HALF), ("Tidx", types::INDEX)];
 
 /// The ops with float16 and bfloat16 kernels, and their type constraints:
 /// what Keras' mixed-precision layers run in the narrow type (dense,
-/// convolution, pooling, attention, normalisation, their gradients, and
-/// the elementwise ops between them). Each is the op's float32 kernel,
-/// widened. Ops whose results are bits rather than arithmetic (random
+/// convolution, pooling, attention, normalisation, their gradients, the
+/// elementwise ops between them and the data movement around them). Each
+/// is the op's float32 kernel, widened (for data movement that is a copy:
+/// widening and rounding back give every value its own bits, a signalling
+/// NaN aside, which comes back quiet). Ops whose results are bits rather than arithmetic (random
 /// numbers) are not here: TensorFlow draws those in the narrow type itself.
 pub const NARROW: &[(&str, &Constraints)] = &[
     ("MatMul", T),
@@ -97,6 +99,17 @@ pub const NARROW: &[(&str, &Constraints)] = &[
     ("SigmoidGrad", T),
     ("RsqrtGrad", T),
     ("SqrtGrad", T),
+    ("ConcatV2", &[("T", types::HALF), ("Tidx", types::INDEX)]),
+    ("Pack", T),
+    ("Transpose", &[("T", types::HALF), ("Tperm", types::INDEX)]),
+    ("StridedSlice", &[("T", types::HALF), ("Index", types::INDEX)]),
+    ("Slice", &[("T", types::HALF), ("Index", types::INDEX)]),
+    ("Tile", &[("T", types::HALF), ("Tmultiples", types::INDEX)]),
+    ("Pad", &[("T", types::HALF), ("Tpaddings", types::INDEX)]),
+    ("Fill", &[("T", types::HALF), ("index_type", types::INDEX)]),
+    ("TensorScatterUpdate", &[("T", types::HALF), ("Tindices", types::INDEX)]),
+    ("ZerosLike", T),
+    ("OnesLike", T),
     ("Sum", T_TIDX),
     ("Mean", T_TIDX),
     ("Max", T_TIDX),
@@ -128,6 +141,11 @@ pub fn narrow_registrations(defs: &[KernelDef]) -> Vec<KernelDef> {
 /// bfloat16.
 pub fn widen(attrs: &dyn Attrs, build: BuildFn) -> Result<Box<dyn Kernel>, Error> {
     Ok(Box::new(Widened(build(&WideAttrs(attrs))?)))
+}
+
+/// `kernel`, a float32 kernel, computing for narrow tensors.
+pub fn widened(kernel: Box<dyn Kernel>) -> Box<dyn Kernel> {
+    Box::new(Widened(kernel))
 }
 
 /// A node's attributes as its float32 kernel sees them.

@@ -36,7 +36,9 @@ const TIDX_TYPES: &[(&str, &[DType])] = &t_idx("Tidx");
 const INDEX_TYPES: &[(&str, &[DType])] = &t_idx("Index");
 const TILE_TYPES: &[(&str, &[DType])] = &t_idx("Tmultiples");
 const PAD_TYPES: &[(&str, &[DType])] = &t_idx("Tpaddings");
-const FILL_TYPES: &[(&str, &[DType])] = &t_idx("index_type");
+/// float32, and bool for Keras' loss scaling (which marks the finite
+/// gradients of an embedding in a tensor of `true`).
+const FILL_TYPES: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::Bool]), ("index_type", types::INDEX)];
 const ONEHOT_TYPES: &[(&str, &[DType])] = &t_idx("TI");
 /// int32 shape arithmetic; see the module docs for the host memory.
 const I32_INDEX_TYPES: &[(&str, &[DType])] = &[("T", &[DType::I32]), ("Index", types::INDEX)];
@@ -392,7 +394,7 @@ pub(super) fn copy_all(src: &[f32], out: &mut [f32]) {
     par_rows(out, 1, |first, chunk| chunk.copy_from_slice(&src[first..first + chunk.len()]));
 }
 
-fn fill_all(out: &mut [f32], value: f32) {
+fn fill_all<T: Copy + Send + Sync>(out: &mut [T], value: T) {
     par_rows(out, 1, |_, chunk| chunk.fill(value));
 }
 
@@ -1188,9 +1190,11 @@ fn fill(ctx: &dyn OpContext) -> Result<(), Error> {
     }
     let shape = sizes(OP, "dims", &dims.to_i64s()?)?;
     checked_count(OP, &shape)?;
-    let v = value.data::<f32>()?[0];
     let mut out = ctx.allocate_output(0, &shape)?;
-    fill_all(out.data_mut()?, v);
+    match value.dtype() {
+        DType::Bool => fill_all(out.data_mut()?, value.data::<TfBool>()?[0]),
+        _ => fill_all(out.data_mut()?, value.data::<f32>()?[0]),
+    }
     Ok(())
 }
 

@@ -12,7 +12,7 @@
 //! or is a scalar added to every indexed row. An index outside
 //! `[0, value.shape[0])` is an error.
 
-use super::{types, DType, Kernel, KernelDef, OpContext};
+use super::{types, DType, Element, Kernel, KernelDef, OpContext, Tensor, TfBool};
 use crate::error::Error;
 
 /// Our own ops (registered by `abi::kernels`), made only by the graph pass.
@@ -20,6 +20,7 @@ pub const ADD_OP: &str = "_TfwasmScatterAdd";
 pub const SUB_OP: &str = "_TfwasmScatterSub";
 
 const TYPES: &[(&str, &[DType])] = &[("T", types::F32), ("Tindices", types::INDEX)];
+const UPDATE_TYPES: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::Bool]), ("Tindices", types::INDEX)];
 const RESOURCE_TYPES: &[(&str, &[DType])] = &[("dtype", types::F32), ("Tindices", types::INDEX)];
 
 pub const KERNELS: &[KernelDef] = &[
@@ -29,7 +30,91 @@ pub const KERNELS: &[KernelDef] = &[
     // device, where the graph pass rewrites it; run as is, they explain.
     KernelDef::new("ResourceScatterAdd", RESOURCE_TYPES, |_| Ok(Box::new(NotRewritten("ResourceScatterAdd")))),
     KernelDef::new("ResourceScatterSub", RESOURCE_TYPES, |_| Ok(Box::new(NotRewritten("ResourceScatterSub")))),
+    // Keras' loss scaling under mixed_float16 marks which rows of an
+    // embedding's sparse gradient are finite with it (bool).
+    KernelDef::new("TensorScatterUpdate", UPDATE_TYPES, |_| Ok(Box::new(TensorScatterUpdate))),
 ];
+
+/// `TensorScatterUpdate(tensor, indices, updates)`: a copy of `tensor` with
+/// the slices `indices` name (each index a prefix of `tensor`'s dimensions,
+/// the last dimension of `indices`) replaced by `updates`, in order (a
+/// repeated index keeps the last update, as on the CPU).
+struct TensorScatterUpdate;
+
+impl Kernel for TensorScatterUpdate {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        const OP: &str = "TensorScatterUpdate";
+        super::expect_inputs(OP, ctx, 3)?;
+        let (tensor, indices, updates) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        let invalid = |message: String| Error::InvalidArgument(format!("{OP}: {message}"));
+        let shape = tensor.shape();
+        let Some((&depth, outer)) = indices.shape().split_last() else {
+            return Err(invalid("indices must have rank at least one, got a scalar".into()));
+        };
+        let shapes = |what: &str| {
+            invalid(format!(
+                "{what}. Indices shape: {}, updates shape: {}, tensor shape: {}",
+                super::ShapeDisplay(indices.shape()),
+                super::ShapeDisplay(updates.shape()),
+                super::ShapeDisplay(shape)
+            ))
+        };
+        if updates.rank() < outer.len() || &updates.shape()[..outer.len()] != outer {
+            return Err(shapes("Outer dimensions of indices and update must match"));
+        }
+        if depth > shape.len() || updates.shape()[outer.len()..] != shape[depth..] {
+            return Err(shapes("Inner dimensions of output shape must match inner dimensions of updates shape"));
+        }
+        let slice_len: usize = shape[depth..].iter().product();
+        let indices = indices.to_i64s()?;
+        // The element offset of each index's slice. An index of depth 0 is
+        // empty and names the whole tensor.
+        let offset_of = |i: usize, index: &[i64]| -> Result<usize, Error> {
+            let mut offset = 0usize;
+            for (&at, &dim) in index.iter().zip(shape) {
+                if at < 0 || at as u64 >= dim as u64 {
+                    let index: Vec<String> = index.iter().map(i64::to_string).collect();
+                    return Err(invalid(format!(
+                        "indices[{i}] = [{}] does not index into shape {}",
+                        index.join(", "),
+                        super::ShapeDisplay(shape)
+                    )));
+                }
+                offset = offset * dim + at as usize;
+            }
+            Ok(offset * slice_len)
+        };
+        let offsets: Vec<usize> = if depth == 0 {
+            vec![0; outer.iter().product()]
+        } else {
+            indices.chunks_exact(depth).enumerate().map(|(i, index)| offset_of(i, index)).collect::<Result<_, _>>()?
+        };
+        let mut out = ctx.allocate_output(0, shape)?;
+        match tensor.dtype() {
+            DType::Bool => replace_slices::<TfBool>(&tensor, &updates, &mut out, &offsets, slice_len),
+            _ => replace_slices::<f32>(&tensor, &updates, &mut out, &offsets, slice_len),
+        }
+    }
+}
+
+/// `out = tensor`, then `out[offset_i..][..slice_len] = updates[i]` in order.
+fn replace_slices<T: Element>(
+    tensor: &Tensor,
+    updates: &Tensor,
+    out: &mut Tensor,
+    offsets: &[usize],
+    slice_len: usize,
+) -> Result<(), Error> {
+    let (tensor, updates, out) = (tensor.data::<T>()?, updates.data::<T>()?, out.data_mut::<T>()?);
+    if out.len() != tensor.len() || updates.len() != offsets.len() * slice_len {
+        return Err(Error::Internal("TensorScatterUpdate: buffer sizes do not match the shapes".into()));
+    }
+    out.copy_from_slice(tensor);
+    for (i, &offset) in offsets.iter().enumerate() {
+        out[offset..offset + slice_len].copy_from_slice(&updates[i * slice_len..][..slice_len]);
+    }
+    Ok(())
+}
 
 struct Scatter {
     op: &'static str,
@@ -125,6 +210,42 @@ mod tests {
         let inputs = vec![Tensor::from_vec(value.0, value.1)?, indices, Tensor::from_vec(updates.0, updates.1)?];
         let out = LocalContext::run(&kernel, inputs, &[DType::F32])?.remove(0);
         Ok(out.data::<f32>()?.to_vec())
+    }
+
+    fn update(shape: &[usize], indices: Tensor, updates: (&[usize], Vec<f32>)) -> Result<Vec<f32>, Error> {
+        let len = shape.iter().product();
+        let inputs = vec![
+            Tensor::from_vec(shape, (0..len).map(|v| v as f32).collect())?,
+            indices,
+            Tensor::from_vec(updates.0, updates.1)?,
+        ];
+        LocalContext::run(&TensorScatterUpdate, inputs, &[DType::F32])?.remove(0).to_vec::<f32>()
+    }
+
+    #[test]
+    fn tensor_scatter_update_replaces_slices_and_checks_indices() {
+        // Rows of a [4, 3] tensor, the last of a repeated index winning.
+        let rows = Tensor::from_vec(&[2, 1], vec![1i32, 1]).unwrap();
+        let out = update(&[4, 3], rows, (&[2, 3], vec![-1.0, -2.0, -3.0, -4.0, -5.0, -6.0])).unwrap();
+        assert_eq!(out, [0.0, 1.0, 2.0, -4.0, -5.0, -6.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0]);
+        // Single elements (full-depth indices), int64.
+        let cells = Tensor::from_vec(&[2, 2], vec![1i64, 2, 3, 0]).unwrap();
+        let out = update(&[4, 3], cells, (&[2], vec![70.0, 80.0])).unwrap();
+        assert_eq!((out[5], out[9], out[0]), (70.0, 80.0, 0.0));
+        // No indices: a copy.
+        let none = Tensor::from_vec::<i32>(&[0, 1], vec![]).unwrap();
+        assert_eq!(update(&[2, 2], none, (&[0, 2], vec![])).unwrap(), [0.0, 1.0, 2.0, 3.0]);
+        // Out of range, negative, and shapes that do not fit.
+        let bad = |i: Vec<i32>, s: &[usize], u: (&[usize], Vec<f32>)| {
+            let n = i.len();
+            update(s, Tensor::from_vec(&[n, 1], i).unwrap(), u).unwrap_err().to_string()
+        };
+        assert!(
+            bad(vec![4], &[4, 3], (&[1, 3], vec![0.0; 3])).contains("indices[0] = [4] does not index into shape [4,3]")
+        );
+        assert!(bad(vec![-1], &[4, 3], (&[1, 3], vec![0.0; 3])).contains("does not index"));
+        assert!(bad(vec![1], &[4, 3], (&[2, 3], vec![0.0; 6])).contains("Outer dimensions"));
+        assert!(bad(vec![1], &[4, 3], (&[1, 2], vec![0.0; 2])).contains("Inner dimensions"));
     }
 
     #[test]

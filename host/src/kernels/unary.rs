@@ -49,6 +49,12 @@ const CAST_TO_F32: &[(&str, &[DType])] =
     &[("SrcT", &[DType::F32, DType::I32, DType::I64, DType::Bool, DType::F16, DType::BF16]), ("DstT", &[DType::F32])];
 const CAST_FROM_F32: &[(&str, &[DType])] =
     &[("SrcT", &[DType::F32]), ("DstT", &[DType::I32, DType::I64, DType::Bool, DType::F16, DType::BF16])];
+/// Mixed precision's other casts: labels to the narrow type (Keras'
+/// accuracy compares them with narrow predictions) and back.
+const CAST_INT_TO_NARROW: &[(&str, &[DType])] =
+    &[("SrcT", &[DType::I32, DType::I64, DType::Bool]), ("DstT", &[DType::F16, DType::BF16])];
+const CAST_NARROW_TO_INT: &[(&str, &[DType])] =
+    &[("SrcT", &[DType::F16, DType::BF16]), ("DstT", &[DType::I32, DType::I64, DType::Bool])];
 /// The integer casts Keras runs on the device: int32 constants widened for
 /// the int64 step counter, and the int64 seed-generator state narrowed to
 /// the int32 seed the stateless random ops take.
@@ -94,11 +100,13 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("IsNan", types::T_F32, |_| Ok(Box::new(PredicateKernel { op: Predicate::IsNan }))),
     KernelDef::new("IsFinite", types::T_F32, |_| Ok(Box::new(PredicateKernel { op: Predicate::IsFinite }))),
     KernelDef::new("LogicalNot", &[], |_| Ok(Box::new(PredicateKernel { op: Predicate::LogicalNot }))),
-    KernelDef::new("Cast", CAST_TO_F32, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
-    KernelDef::new("Cast", CAST_FROM_F32, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
-    KernelDef::new("Cast", CAST_I32_TO_I64, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
-    KernelDef::new("Cast", CAST_I64_TO_I32, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
-    KernelDef::new("Cast", CAST_I32_TO_I32, |attrs| Ok(Box::new(CastKernel::new(attrs)?))),
+    KernelDef::new("Cast", CAST_TO_F32, build_cast),
+    KernelDef::new("Cast", CAST_FROM_F32, build_cast),
+    KernelDef::new("Cast", CAST_INT_TO_NARROW, build_cast),
+    KernelDef::new("Cast", CAST_NARROW_TO_INT, build_cast),
+    KernelDef::new("Cast", CAST_I32_TO_I64, build_cast),
+    KernelDef::new("Cast", CAST_I64_TO_I32, build_cast),
+    KernelDef::new("Cast", CAST_I32_TO_I32, build_cast),
     KernelDef::new("Bitcast", BITCAST_F32_TO_I32, |attrs| Ok(Box::new(BitcastKernel::new(attrs)?))),
     grad!("ReluGrad", GradOp::Relu),
     grad!("Relu6Grad", GradOp::Relu6),
@@ -440,6 +448,8 @@ impl CastKernel {
             (src, dst),
             (DType::F32 | DType::I32 | DType::I64 | DType::Bool | DType::F16 | DType::BF16, DType::F32)
                 | (DType::F32, DType::I32 | DType::I64 | DType::Bool | DType::F16 | DType::BF16)
+                | (DType::I32 | DType::I64 | DType::Bool, DType::F16 | DType::BF16)
+                | (DType::F16 | DType::BF16, DType::I32 | DType::I64 | DType::Bool)
                 | (DType::I32, DType::I64 | DType::I32)
                 | (DType::I64, DType::I32)
         );
@@ -500,6 +510,23 @@ fn f32_to_i64(v: f32) -> i64 {
     }
 }
 
+/// Builds a `Cast`. Between an integer or bool and a narrow float it is two
+/// casts through float32, as in TensorFlow (whose narrow types convert to and
+/// from other types through float): the float32 cast, [widened](half). A
+/// narrow float to bool tests the bits, as TensorFlow does: a subnormal is
+/// `true` (through float32 it would be `false`, TensorFlow's kernels
+/// treating subnormal float32 inputs as 0).
+fn build_cast(attrs: &dyn Attrs) -> Result<Box<dyn Kernel>, Error> {
+    let cast = CastKernel::new(attrs)?;
+    let narrow = |d: DType| matches!(d, DType::F16 | DType::BF16);
+    let wide = |d: DType| if narrow(d) { DType::F32 } else { d };
+    let through_f32 = (narrow(cast.src) || narrow(cast.dst)) && cast.src != DType::F32 && cast.dst != DType::F32;
+    if through_f32 && cast.dst != DType::Bool {
+        return Ok(half::widened(Box::new(CastKernel { src: wide(cast.src), dst: wide(cast.dst), truncate: false })));
+    }
+    Ok(Box::new(cast))
+}
+
 impl Kernel for CastKernel {
     fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
         expect_inputs("Cast", ctx, 1)?;
@@ -544,6 +571,8 @@ impl Kernel for CastKernel {
                 half::narrow_f16(x.data()?, out.data_mut()?);
                 Ok(())
             }
+            (DType::F16, DType::Bool) => cast(&x, &mut out, |v: ::half::f16| TfBool::from(v.to_bits() & 0x7fff != 0)),
+            (DType::BF16, DType::Bool) => cast(&x, &mut out, |v: ::half::bf16| TfBool::from(v.to_bits() & 0x7fff != 0)),
             (DType::F32, DType::BF16) if self.truncate => cast(&x, &mut out, half::bf16_truncated),
             (DType::F32, DType::BF16) => {
                 half::narrow_bf16(x.data()?, out.data_mut()?);
