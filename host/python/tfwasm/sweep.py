@@ -787,7 +787,8 @@ def random_v2_cases(tf, rng):
             for alg in (1, 3):
                 with tf.device("/CPU:0"):
                     key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=np.array(seed, np.int64))
-                out.append(Case({"shape": np.array(shape, np.int32), "key": key.numpy(), "counter": counter.numpy(), "alg": np.int32(alg), "dtype": tf.float32}))
+                for dtype in (tf.float32, tf.float16, tf.bfloat16):
+                    out.append(Case({"shape": np.array(shape, np.int32), "key": key.numpy(), "counter": counter.numpy(), "alg": np.int32(alg), "dtype": dtype}))
     return out
 
 

@@ -18,7 +18,8 @@
 //! `2.0f * M_PI * u` is, and `logf`/`sinf`/`cosf` of the C library TensorFlow
 //! also calls); the truncated normal keeps values with `|x| < 2`.
 //!
-//! Registered for float32 outputs only, with `shape`, `alg` and `seed` in
+//! Registered for float32 outputs, and the V2 ops for float16/bfloat16 too
+//! (mixed precision's dropout), with `shape`, `alg` and `seed` in
 //! host memory; `key` and `counter` are read from device memory (which is
 //! host-addressable).
 
@@ -28,6 +29,8 @@ use super::{expect_inputs, types, DType, Kernel, KernelDef, OpContext, Tensor};
 use crate::error::Error;
 
 const V2_TYPES: &[(&str, &[DType])] = &[("dtype", types::F32), ("Tshape", types::INDEX)];
+/// Mixed precision: dropout draws its mask in the layer's type.
+const V2_NARROW_TYPES: &[(&str, &[DType])] = &[("dtype", types::HALF), ("Tshape", types::INDEX)];
 const V1_TYPES: &[(&str, &[DType])] = &[("dtype", types::F32), ("T", types::INDEX), ("Tseed", types::INDEX)];
 const SEED_TYPES: &[(&str, &[DType])] = &[("Tseed", types::INDEX)];
 
@@ -36,6 +39,12 @@ pub const KERNELS: &[KernelDef] = &[
         .host_memory(&["seed"]),
     KernelDef::new("StatelessRandomGetKeyCounterAlg", SEED_TYPES, |_| Ok(Box::new(GetKeyCounter { with_alg: true })))
         .host_memory(&["seed", "alg"]),
+    KernelDef::new("StatelessRandomUniformV2", V2_NARROW_TYPES, |a| narrow_v2(a, Distribution::Uniform))
+        .host_memory(&["shape", "alg"]),
+    KernelDef::new("StatelessRandomNormalV2", V2_NARROW_TYPES, |a| narrow_v2(a, Distribution::Normal))
+        .host_memory(&["shape", "alg"]),
+    KernelDef::new("StatelessTruncatedNormalV2", V2_NARROW_TYPES, |a| narrow_v2(a, Distribution::TruncatedNormal))
+        .host_memory(&["shape", "alg"]),
     KernelDef::new("StatelessRandomUniformV2", V2_TYPES, |_| Ok(Box::new(RandomV2(Distribution::Uniform))))
         .host_memory(&["shape", "alg"]),
     KernelDef::new("StatelessRandomNormalV2", V2_TYPES, |_| Ok(Box::new(RandomV2(Distribution::Normal))))
@@ -122,6 +131,33 @@ pub fn key_counter_from_seed(seed0: u64, seed1: u64) -> Philox {
 
 // ----------------------------------------------------------- conversions
 
+/// A float16 in [0, 1) from the low 10 bits of a sample (TensorFlow builds
+/// `1.m` in float16 bits and subtracts 1), as the float32 it equals.
+#[inline(always)]
+pub fn uint32_to_half(x: u32) -> f32 {
+    (x & 0x3ff) as f32 / 1024.0
+}
+
+/// A bfloat16 in [0, 1) from the low 7 bits of a sample, likewise.
+#[inline(always)]
+pub fn uint32_to_bfloat16(x: u32) -> f32 {
+    (x & 0x7f) as f32 / 128.0
+}
+
+/// A float16/bfloat16 draw: computed in float32 and rounded once, which is
+/// what TensorFlow does for normals (Box-Muller in float32, then the
+/// conversion); its uniforms use fewer bits of each sample
+/// ([`Distribution::UniformHalf`], [`Distribution::UniformBfloat16`]), whose
+/// values the rounding keeps exactly.
+fn narrow_v2(attrs: &dyn super::Attrs, distribution: Distribution) -> Result<Box<dyn Kernel>, Error> {
+    let distribution = match (distribution, attrs.dtype("dtype")?) {
+        (Distribution::Uniform, DType::F16) => Distribution::UniformHalf,
+        (Distribution::Uniform, DType::BF16) => Distribution::UniformBfloat16,
+        (other, _) => other,
+    };
+    Ok(super::half::widened(Box::new(RandomV2(distribution))))
+}
+
 /// A float in [0, 1) from the low 23 bits of a sample.
 #[inline(always)]
 pub fn uint32_to_float(x: u32) -> f32 {
@@ -146,6 +182,10 @@ pub fn box_muller(x0: u32, x1: u32) -> (f32, f32) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Distribution {
     Uniform,
+    /// Uniform for a float16 output (10 bits of each sample).
+    UniformHalf,
+    /// Uniform for a bfloat16 output (7 bits of each sample).
+    UniformBfloat16,
     Normal,
     TruncatedNormal,
 }
@@ -153,10 +193,14 @@ pub enum Distribution {
 impl Distribution {
     fn op_name(self, v2: bool) -> &'static str {
         match (self, v2) {
-            (Distribution::Uniform, true) => "StatelessRandomUniformV2",
+            (Distribution::Uniform | Distribution::UniformHalf | Distribution::UniformBfloat16, true) => {
+                "StatelessRandomUniformV2"
+            }
             (Distribution::Normal, true) => "StatelessRandomNormalV2",
             (Distribution::TruncatedNormal, true) => "StatelessTruncatedNormalV2",
-            (Distribution::Uniform, false) => "StatelessRandomUniform",
+            (Distribution::Uniform | Distribution::UniformHalf | Distribution::UniformBfloat16, false) => {
+                "StatelessRandomUniform"
+            }
             (Distribution::Normal, false) => "StatelessRandomNormal",
             (Distribution::TruncatedNormal, false) => "StatelessTruncatedNormal",
         }
@@ -167,6 +211,8 @@ impl Distribution {
     fn group(self, gen: &Philox, group: u128) -> [f32; 4] {
         match self {
             Distribution::Uniform => Philox::block(gen.key, gen.skipped(group).counter).map(uint32_to_float),
+            Distribution::UniformHalf => Philox::block(gen.key, gen.skipped(group).counter).map(uint32_to_half),
+            Distribution::UniformBfloat16 => Philox::block(gen.key, gen.skipped(group).counter).map(uint32_to_bfloat16),
             Distribution::Normal => {
                 let s = Philox::block(gen.key, gen.skipped(group).counter);
                 let (a, b) = box_muller(s[0], s[1]);
@@ -210,7 +256,7 @@ impl Distribution {
     pub fn fill(self, gen: &Philox, out: &mut [f32]) {
         // Normals cost ~20 ns a value, uniforms ~2 ns: split earlier for them.
         let min_parallel = match self {
-            Distribution::Uniform => 32 * 1024,
+            Distribution::Uniform | Distribution::UniformHalf | Distribution::UniformBfloat16 => 32 * 1024,
             _ => 4 * 1024,
         };
         if out.len() < min_parallel || pool::threads() == 1 {
@@ -381,6 +427,14 @@ mod tests {
         assert_eq!(uint32_to_float(0xffff_ffff), 1.0 - f32::EPSILON);
         assert_eq!(uint32_to_float(0x0040_0000), 0.5);
         assert_eq!(uint32_to_float(0xff40_0000), 0.5);
+        // The narrow types' draws: their own mantissa bits, each value exact
+        // in the narrow type (so rounding the float32 keeps it).
+        assert_eq!((uint32_to_half(0xffff_ffff), uint32_to_half(0x200)), (1.0 - 2f32.powi(-10), 0.5));
+        assert_eq!((uint32_to_bfloat16(0xffff_ffff), uint32_to_bfloat16(0x40)), (1.0 - 2f32.powi(-7), 0.5));
+        for x in (0..1u32 << 16).map(|k| k.wrapping_mul(0x9e37_79b9)) {
+            assert_eq!(::half::f16::from_f32(uint32_to_half(x)).to_f32(), uint32_to_half(x));
+            assert_eq!(::half::bf16::from_f32(uint32_to_bfloat16(x)).to_f32(), uint32_to_bfloat16(x));
+        }
     }
 
     fn run_v2(dist: Distribution, shape: &[i64]) -> Vec<f32> {
@@ -425,7 +479,9 @@ mod tests {
                     "{dist:?} {shape:?}"
                 );
                 match dist {
-                    Distribution::Uniform => assert!(values.iter().all(|&v| (0.0..1.0).contains(&v))),
+                    Distribution::Uniform | Distribution::UniformHalf | Distribution::UniformBfloat16 => {
+                        assert!(values.iter().all(|&v| (0.0..1.0).contains(&v)))
+                    }
                     Distribution::Normal => assert!(values.iter().all(|v| v.is_finite())),
                     Distribution::TruncatedNormal => assert!(values.iter().all(|v| v.abs() < 2.0)),
                 }
