@@ -25,8 +25,11 @@
 //! - [`batchnorm`]: FusedBatchNormV3 and its gradient.
 //! - [`movement`]: transpose, concat, slice, tile, pad, gather, …
 //! - [`random`]: the stateless random ops Keras initializers and dropout use.
-//! - [`scatter`]: sparse variable updates, as the graph pass rewrites them.
+//! - [`scatter`]: sparse variable updates, as the graph pass rewrites them,
+//!   and `TensorScatterUpdate`.
 //! - [`fused`]: trees of elementwise ops the graph pass fused into one node.
+//! - [`half`]: float16/bfloat16 registrations of float32 kernels (mixed
+//!   precision), computed in float32 and rounded once.
 //! - [`pool`]: the rayon pool the kernels compute on.
 //!
 //! A kernel checks every shape it is given and fails with

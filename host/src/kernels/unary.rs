@@ -429,8 +429,9 @@ impl Kernel for PredicateKernel {
 
 // -------------------------------------------------------------------- Cast
 
-/// `Cast` between float32 and int32/int64/bool/float16/bfloat16 (one side
-/// float32), and between int32 and int64.
+/// `Cast` between float32 and int32/int64/bool/float16/bfloat16, between
+/// int32 and int64, and between int32/int64/bool and float16/bfloat16
+/// (through float32, see [`build_cast`]).
 #[derive(Debug)]
 struct CastKernel {
     src: DType,
