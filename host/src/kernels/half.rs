@@ -6,9 +6,10 @@
 //! rounded to the narrow type once ([`Widened`]). Widening is exact, so the
 //! only rounding is the last one: each result is the float32 kernel's result
 //! to the nearest narrow value (ties to even). TensorFlow's CPU kernels for
-//! these types compute in float32 inside too, but round partial results of
-//! some ops (the tiles of a matrix product, for one), so the two devices
-//! differ by a unit in the last place at times (`docs/kernels.md`).
+//! these types compute in float32 too, but round partial results to the
+//! narrow type inside composite expressions (`1 - y·y` in `TanhGrad`), so
+//! they are less accurate; the op sweep checks ours against the CPU's
+//! float32 kernel rounded once (`docs/kernels.md`, "Mixed precision").
 //!
 //! The conversions run on the compute pool, 8 lanes at a time where the CPU
 //! has AVX2 (`half` uses F16C for float16 when the CPU has it).
@@ -35,8 +36,9 @@ const T_TIDX: &Constraints = &[("T", types::HALF), ("Tidx", types::INDEX)];
 /// elementwise ops between them and the data movement around them). Each
 /// is the op's float32 kernel, widened (for data movement that is a copy:
 /// widening and rounding back give every value its own bits, a signalling
-/// NaN aside, which comes back quiet). Ops whose results are bits rather than arithmetic (random
-/// numbers) are not here: TensorFlow draws those in the narrow type itself.
+/// NaN aside, which comes back quiet). `Cast` and the random ops, whose
+/// narrow results follow their own bit recipes, register themselves
+/// (`unary`, `random`).
 pub const NARROW: &[(&str, &Constraints)] = &[
     ("MatMul", T),
     ("BatchMatMulV2", T),
