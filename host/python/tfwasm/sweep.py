@@ -1110,6 +1110,16 @@ def narrow_cases(tf, op: str, cases: list[Case]) -> list[tuple[str, Case]]:
     return out
 
 
+def widen_arg(tf, value):
+    """A float16/bfloat16 tensor (or a list of them) as float32 (exact);
+    anything else as it is."""
+    if isinstance(value, list):
+        return [widen_arg(tf, v) for v in value]
+    if getattr(value, "dtype", None) in (tf.float16, tf.bfloat16):
+        return tf.cast(value, tf.float32)
+    return value
+
+
 def has_narrow_registration(registrations: list[dict[str, list[str]]]) -> bool:
     return any("float16" in reg.get("T", []) or "bfloat16" in reg.get("T", []) for reg in registrations)
 
@@ -1133,9 +1143,7 @@ def run_case(tf, op: str, case: Case, spec: Spec, wasm: str, narrow: str | None 
         if narrow:
             # The CPU's float32 kernel on the widened inputs, each result
             # rounded to the type the WASM kernel gives.
-            wide = {k: tf.cast(v, tf.float32) if getattr(v, "dtype", None) in (tf.float16, tf.bfloat16) else v for k, v in args.items()}
-            wide = {k: [tf.cast(x, tf.float32) for x in v] if isinstance(v, list) and v and getattr(v[0], "dtype", None) in (tf.float16, tf.bfloat16) else v for k, v in wide.items()}
-            expected = [t.numpy() for t in as_list(fn(**wide))]
+            expected = [t.numpy() for t in as_list(fn(**{k: widen_arg(tf, v) for k, v in args.items()}))]
         else:
             expected = [t.numpy() for t in as_list(fn(**args))]
     with tf.device(wasm):
