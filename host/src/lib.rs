@@ -28,9 +28,17 @@
 //!
 //! ## Unsafe code
 //!
-//! `unsafe` lives in `abi/` (raw pointers from TensorFlow) and in
-//! `device/arena.rs` (the device region). Each block carries a `// SAFETY:`
-//! comment that can be checked locally. The Rust API of this crate is safe.
+//! Most `unsafe` lives in `abi/` (raw pointers from TensorFlow) and in
+//! `device/arena.rs` (the device region). The rest is small and local:
+//! `kernels/tensor.rs` (a [`kernels::Tensor`] over a buffer it does not
+//! own, and the element types every bit pattern of which is valid), the
+//! `gemm` calls of `kernels/matmul.rs` and `kernels/conv.rs` (its API takes
+//! pointers and strides), the AVX2 copy of the elementwise loops
+//! (`kernels/vmath.rs`, after the CPU check), CPU affinity and `dladdr`
+//! through `libc` (`kernels/pool.rs`, `config.rs`), wasmtime's loading of
+//! precompiled guests and two Cranelift flags (`sandbox/`), and addresses
+//! inside the device region carried to stream work (`device/`). Each block carries a `// SAFETY:` comment that can be
+//! checked locally. The Rust API of this crate is safe.
 
 pub mod abi;
 pub mod config;
