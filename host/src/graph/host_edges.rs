@@ -283,9 +283,10 @@ enum Arg {
 /// `Merge`, ...) keep every argument there, a comparison's `bool` result
 /// included, as does an int32 `Const`; `LoopCond` and `Switch` read their
 /// predicate there. A `while` loop's condition is
-/// `LoopCond(LogicalAnd(Less(i, n), Less(step, max)))`: between our `LogicalAnd` and the int32 `Less`es and `LoopCond`
-/// on either side, each iteration crossed memory types three times, each a
-/// copy through the stream that completes through an event. A guess wrong
+/// `LoopCond(LogicalAnd(Less(i, n), Less(step, max)))`: between our
+/// `LogicalAnd` and the int32 `Less`es and `LoopCond` on either side, each
+/// iteration crossed memory types three times, each a copy through the
+/// stream that completes through an event. A guess wrong
 /// the other way costs the copy the mark saved, nothing more: TensorFlow
 /// inserts a copy wherever memory types differ.
 fn in_host_memory(node: &NodeFields<'_>, arg: Arg) -> bool {

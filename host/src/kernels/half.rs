@@ -20,7 +20,7 @@ use half::{bf16, f16};
 
 use super::binary::fill_chunked;
 use super::tensor::Scratch;
-use super::vmath::in_wide_lanes;
+use super::unary::map;
 use super::{types, Attrs, BuildFn, DType, Kernel, KernelDef, OpContext, Tensor};
 use crate::error::Error;
 
@@ -173,8 +173,7 @@ impl Attrs for WideAttrs<'_> {
         self.0.string(name)
     }
     fn dtype(&self, name: &str) -> Result<DType, Error> {
-        let dtype = self.0.dtype(name)?;
-        Ok(if is_narrow(dtype) { DType::F32 } else { dtype })
+        self.0.dtype(name).map(wide_type)
     }
 }
 
@@ -205,8 +204,18 @@ impl Kernel for Widened {
     }
 }
 
-fn is_narrow(dtype: DType) -> bool {
+pub(super) fn is_narrow(dtype: DType) -> bool {
     matches!(dtype, DType::F16 | DType::BF16)
+}
+
+/// The type a float32 kernel computes `dtype` in: float32 for the narrow
+/// types, any other type itself.
+pub(super) fn wide_type(dtype: DType) -> DType {
+    if is_narrow(dtype) {
+        DType::F32
+    } else {
+        dtype
+    }
 }
 
 /// The context the float32 kernel sees.
@@ -235,8 +244,7 @@ impl OpContext for WideContext<'_> {
     }
 
     fn output_dtype(&self, index: usize) -> Result<DType, Error> {
-        let dtype = self.outer.output_dtype(index)?;
-        Ok(if is_narrow(dtype) { DType::F32 } else { dtype })
+        self.outer.output_dtype(index).map(wide_type)
     }
 
     fn allocate_output(&self, index: usize, shape: &[usize]) -> Result<Tensor, Error> {
@@ -290,31 +298,11 @@ pub(super) fn narrow_f16(x: &[f32], out: &mut [f16]) {
 }
 
 pub(super) fn widen_bf16(x: &[bf16], out: &mut [f32]) {
-    fill_chunked(out, |start, chunk| {
-        let x = &x[start..start + chunk.len()];
-        in_wide_lanes(
-            #[inline(always)]
-            || {
-                for (o, v) in chunk.iter_mut().zip(x) {
-                    *o = f32::from_bits(u32::from(v.to_bits()) << 16);
-                }
-            },
-        )
-    });
+    map(x, out, |v: bf16| f32::from_bits(u32::from(v.to_bits()) << 16));
 }
 
 pub(super) fn narrow_bf16(x: &[f32], out: &mut [bf16]) {
-    fill_chunked(out, |start, chunk| {
-        let x = &x[start..start + chunk.len()];
-        in_wide_lanes(
-            #[inline(always)]
-            || {
-                for (o, &v) in chunk.iter_mut().zip(x) {
-                    *o = bf16_nearest(v);
-                }
-            },
-        )
-    });
+    map(x, out, bf16_nearest);
 }
 
 /// float32 → bfloat16 to nearest, ties to even, without a branch (so the

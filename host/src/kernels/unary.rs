@@ -139,7 +139,7 @@ const SELU_SCALE: f32 = 1.050_701;
 const SELU_SCALE_ALPHA: f32 = 1.758_099_3;
 
 /// `out[i] = f(x[i])`, inline or across the pool.
-fn map<I, O, F>(x: &[I], out: &mut [O], f: F)
+pub(super) fn map<I, O, F>(x: &[I], out: &mut [O], f: F)
 where
     I: Copy + Sync,
     O: Copy + Send,
@@ -519,11 +519,11 @@ fn f32_to_i64(v: f32) -> i64 {
 /// treating subnormal float32 inputs as 0).
 fn build_cast(attrs: &dyn Attrs) -> Result<Box<dyn Kernel>, Error> {
     let cast = CastKernel::new(attrs)?;
-    let narrow = |d: DType| matches!(d, DType::F16 | DType::BF16);
-    let wide = |d: DType| if narrow(d) { DType::F32 } else { d };
-    let through_f32 = (narrow(cast.src) || narrow(cast.dst)) && cast.src != DType::F32 && cast.dst != DType::F32;
+    let through_f32 =
+        (half::is_narrow(cast.src) || half::is_narrow(cast.dst)) && cast.src != DType::F32 && cast.dst != DType::F32;
     if through_f32 && cast.dst != DType::Bool {
-        return Ok(half::widened(Box::new(CastKernel { src: wide(cast.src), dst: wide(cast.dst), truncate: false })));
+        let (src, dst) = (half::wide_type(cast.src), half::wide_type(cast.dst));
+        return Ok(half::widened(Box::new(CastKernel { src, dst, truncate: false })));
     }
     Ok(Box::new(cast))
 }
