@@ -64,32 +64,47 @@ def env_with_package(policy_path=None) -> dict:
     return env
 
 
-@pytest.mark.parametrize("model", ["mlp", "cnn", "separable", "transformer"])
-def test_training_matches_cpu_and_runs_on_wasm(model, tmp_path, cpu_policy):
+def train_on_both(args: list[str], label: str, tmp_path, cpu_policy) -> tuple[dict, dict, dict]:
+    """Runs ``keras_models.py args`` on WASM under ``python -m tfwasm
+    coverage`` and on the CPU only: (WASM result, CPU result, coverage)."""
     coverage_json = tmp_path / "coverage.json"
     wasm, _ = run(
-        ["-m", "tfwasm", "coverage", "--json", str(coverage_json), "--", str(SCRIPT), "--model", model],
+        ["-m", "tfwasm", "coverage", "--json", str(coverage_json), "--", str(SCRIPT), *args],
         env_with_package(),
         tmp_path,
-        f"{model} on WASM",
+        f"{label} on WASM",
     )
-    cpu, _ = run([str(SCRIPT), "--model", model], env_with_package(cpu_policy), tmp_path, f"{model} on CPU")
+    cpu, _ = run([str(SCRIPT), *args], env_with_package(cpu_policy), tmp_path, f"{label} on CPU")
+    return wasm, cpu, json.loads(coverage_json.read_text())
 
-    assert cpu["devices"] == ["CPU"], "the reference run must not see a WASM device"
-    assert wasm["devices"] == ["CPU", "WASM"]
+
+def assert_same_training(wasm: dict, cpu: dict, rtol: float, label: str) -> None:
+    """The weights lived on WASM, both runs' losses agree, and the model learned."""
     assert wasm["weights_device"].endswith("WASM:0")
-    assert len(wasm["loss"]) == 3
-    np.testing.assert_allclose(wasm["loss"], cpu["loss"], rtol=LOSS_RTOL, err_msg=f"{model}: losses per epoch")
-    np.testing.assert_allclose(wasm["eval_loss"], cpu["eval_loss"], rtol=LOSS_RTOL)
+    np.testing.assert_allclose(wasm["loss"], cpu["loss"], rtol=rtol, err_msg=f"{label}: losses per epoch")
+    np.testing.assert_allclose(wasm["eval_loss"], cpu["eval_loss"], rtol=rtol)
     assert wasm["loss"][-1] < wasm["loss"][0], "the model did not learn"
 
-    coverage = json.loads(coverage_json.read_text())
+
+def assert_all_on_wasm(coverage: dict, label: str) -> None:
+    """The coverage report counted the train step and found every compute
+    node on WASM, none falling back to the CPU."""
     on, total = coverage["compute_nodes_on_device"], coverage["compute_nodes"]
     assert total > 50, f"too few compute nodes counted ({total}): is the placement log parsed?"
     share = on / total
     fallbacks = set(coverage["fallbacks"])
-    assert share >= MIN_SHARE_ON_WASM, f"{model}: {on}/{total} = {share:.1%} compute nodes on WASM; elsewhere: {sorted(fallbacks)}"
-    assert not fallbacks, f"{model}: ops fell back to the CPU: {sorted(fallbacks)}"
+    assert share >= MIN_SHARE_ON_WASM, f"{label}: {on}/{total} = {share:.1%} compute nodes on WASM; elsewhere: {sorted(fallbacks)}"
+    assert not fallbacks, f"{label}: ops fell back to the CPU: {sorted(fallbacks)}"
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn", "separable", "transformer"])
+def test_training_matches_cpu_and_runs_on_wasm(model, tmp_path, cpu_policy):
+    wasm, cpu, coverage = train_on_both(["--model", model], model, tmp_path, cpu_policy)
+    assert cpu["devices"] == ["CPU"], "the reference run must not see a WASM device"
+    assert wasm["devices"] == ["CPU", "WASM"]
+    assert len(wasm["loss"]) == 3
+    assert_same_training(wasm, cpu, LOSS_RTOL, model)
+    assert_all_on_wasm(coverage, model)
     on_wasm = {node["op"] for node in coverage["nodes"] if node["device"].startswith("WASM")}
     missing = MUST_RUN_ON_WASM.get(model, set()) - on_wasm
     assert not missing, f"{model}: never placed on WASM: {sorted(missing)}"
@@ -99,6 +114,8 @@ def test_training_matches_cpu_and_runs_on_wasm(model, tmp_path, cpu_policy):
 # ours rounding each result once, TensorFlow's rounding partial results
 # too, so the losses differ by more than in float32.
 MIXED_LOSS_RTOL = {"mixed_float16": 5e-3, "mixed_bfloat16": 2e-2}
+
+
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 @pytest.mark.parametrize("model", ["mlp", "cnn", "transformer"])
 def test_mixed_precision_training_matches_cpu_and_runs_on_wasm(model, policy, tmp_path, cpu_policy):
@@ -107,23 +124,11 @@ def test_mixed_precision_training_matches_cpu_and_runs_on_wasm(model, policy, tm
     products, convolutions, pooling, attention, normalisation, activations
     and dropout draws, their gradients, the casts between the types, the
     loss scaling's finiteness checks), and trains to the CPU's losses."""
-    coverage_json = tmp_path / "coverage.json"
-    args = [str(SCRIPT), "--model", model, "--dtype-policy", policy]
-    wasm, _ = run(
-        ["-m", "tfwasm", "coverage", "--json", str(coverage_json), "--", *args], env_with_package(), tmp_path, f"{model} {policy} on WASM"
-    )
-    cpu, _ = run(args, env_with_package(cpu_policy), tmp_path, f"{model} {policy} on CPU")
-    assert wasm["weights_device"].endswith("WASM:0")
-    rtol = MIXED_LOSS_RTOL[policy]
-    np.testing.assert_allclose(wasm["loss"], cpu["loss"], rtol=rtol, err_msg=f"{model} {policy}: losses per epoch")
-    np.testing.assert_allclose(wasm["eval_loss"], cpu["eval_loss"], rtol=rtol)
-    assert wasm["loss"][-1] < wasm["loss"][0], "the model did not learn"
-
-    coverage = json.loads(coverage_json.read_text())
+    label = f"{model} {policy}"
+    wasm, cpu, coverage = train_on_both(["--model", model, "--dtype-policy", policy], label, tmp_path, cpu_policy)
+    assert_same_training(wasm, cpu, MIXED_LOSS_RTOL[policy], label)
     assert wasm["compute_dtype"] == cpu["compute_dtype"] == policy.removeprefix("mixed_")
-    assert not coverage["fallbacks"], f"{model} {policy}: ops fell back to the CPU: {sorted(coverage['fallbacks'])}"
-    on, total = coverage["compute_nodes_on_device"], coverage["compute_nodes"]
-    assert on / total >= MIN_SHARE_ON_WASM, f"{model} {policy}: {on}/{total} compute nodes on WASM"
+    assert_all_on_wasm(coverage, label)
     on_wasm = {node["op"] for node in coverage["nodes"] if node["device"].startswith("WASM")}
     assert {"Cast", "MatMul" if model == "mlp" else "Conv2D" if model == "cnn" else "Einsum"} <= on_wasm
 
@@ -135,10 +140,7 @@ def test_recurrent_training_matches_cpu(tmp_path, cpu_policy):
     no coverage goal here.)"""
     wasm, _ = run([str(SCRIPT), "--model", "rnn"], env_with_package(), tmp_path, "rnn on WASM")
     cpu, _ = run([str(SCRIPT), "--model", "rnn"], env_with_package(cpu_policy), tmp_path, "rnn on CPU")
-    assert wasm["weights_device"].endswith("WASM:0")
-    np.testing.assert_allclose(wasm["loss"], cpu["loss"], rtol=LOSS_RTOL, err_msg="rnn: losses per epoch")
-    np.testing.assert_allclose(wasm["eval_loss"], cpu["eval_loss"], rtol=LOSS_RTOL)
-    assert wasm["loss"][-1] < wasm["loss"][0], "the model did not learn"
+    assert_same_training(wasm, cpu, LOSS_RTOL, "rnn")
 
 
 def test_embedding_training_matches_cpu_and_keeps_its_ops_on_wasm(tmp_path, cpu_policy):
@@ -148,20 +150,9 @@ def test_embedding_training_matches_cpu_and_keeps_its_ops_on_wasm(tmp_path, cpu_
     sparse gradient (UnsortedSegmentSum), the binary cross-entropy from
     logits and its gradient (Select), `ops.take` wrapping negative ids
     (int64 Less and SelectV2)."""
-    coverage_json = tmp_path / "coverage.json"
-    wasm, _ = run(
-        ["-m", "tfwasm", "coverage", "--json", str(coverage_json), "--", str(SCRIPT), "--model", "embedding"],
-        env_with_package(),
-        tmp_path,
-        "embedding on WASM",
-    )
-    cpu, _ = run([str(SCRIPT), "--model", "embedding"], env_with_package(cpu_policy), tmp_path, "embedding on CPU")
-    assert wasm["weights_device"].endswith("WASM:0")
-    np.testing.assert_allclose(wasm["loss"], cpu["loss"], rtol=LOSS_RTOL, err_msg="embedding: losses per epoch")
-    np.testing.assert_allclose(wasm["eval_loss"], cpu["eval_loss"], rtol=LOSS_RTOL)
-    assert wasm["loss"][-1] < wasm["loss"][0], "the model did not learn"
+    wasm, cpu, coverage = train_on_both(["--model", "embedding"], "embedding", tmp_path, cpu_policy)
+    assert_same_training(wasm, cpu, LOSS_RTOL, "embedding")
 
-    coverage = json.loads(coverage_json.read_text())
     ours = {"UnsortedSegmentSum", "Select", "SelectV2", "Less"}
     on_wasm = {n["op"] for n in coverage["nodes"] if n["device"] == "WASM:0"}
     assert ours <= on_wasm, f"not run on WASM: {sorted(ours - on_wasm)}"

@@ -1140,12 +1140,10 @@ def run_case(tf, op: str, case: Case, spec: Spec, wasm: str, narrow: str | None 
 
     args = tensors()
     with tf.device("/CPU:0"):
-        if narrow:
-            # The CPU's float32 kernel on the widened inputs, each result
-            # rounded to the type the WASM kernel gives.
-            expected = [t.numpy() for t in as_list(fn(**{k: widen_arg(tf, v) for k, v in args.items()}))]
-        else:
-            expected = [t.numpy() for t in as_list(fn(**args))]
+        # A narrow case's reference is the CPU's float32 kernel on the
+        # widened inputs, each result rounded below to the type WASM gives.
+        cpu_args = {k: widen_arg(tf, v) for k, v in args.items()} if narrow else args
+        expected = [t.numpy() for t in as_list(fn(**cpu_args))]
     with tf.device(wasm):
         first, ran = ops_run(tf, lambda: as_list(fn(**args)), wasm)
         second = as_list(fn(**args))
