@@ -23,7 +23,8 @@
 //! - [`kernels`]: native compute kernels registered through `TF_InitKernel`.
 //! - [`graph`]: the graph pass registered through `TF_InitGraph`; it works on
 //!   the serialized GraphDef, lets `jit_compile=True` calls placed on the
-//!   device run without XLA, fuses elementwise trees and lets tensors cross
+//!   device run without XLA (their loops and branches lowered), fuses
+//!   elementwise trees and lets tensors cross
 //!   from and to the CPU device in host memory.
 //!
 //! ## Unsafe code

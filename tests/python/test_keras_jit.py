@@ -16,6 +16,8 @@ import math
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tfwasm_support import INSTALLED_PLUGIN, TEST_LIBRARY
 
 WARNING = "XLA has no backend for the"
@@ -187,10 +189,8 @@ cpu_check()
 
 
 def test_recurrent_layer_with_defaults(run_tf):
-    """A jit step keeps `tf.while_loop` functional (XLA would compile it),
-    and once it runs without XLA the loop body runs on WASM alone, without
-    the CPU fallback: every op of the body needs a WASM kernel. A GRU's
-    body splits its gates (Split), so Keras' defaults train it on WASM."""
+    """A GRU under Keras' defaults: the jit step runs without XLA, its
+    loops lowered by the graph pass, and it trains on WASM."""
     run = run_tf(
         """
 import keras
@@ -210,12 +210,14 @@ result("kernel", model.layers[0].weights[0].value.device)
     assert_trained(run)
 
 
-def test_embedding_lstm_with_defaults_still_needs_jit_compile_false(run_tf):
-    """The documented limit for loops: an Embedding + LSTM model's gradient
-    loop sums TensorLists with a variant AddN, and under the defaults the
-    loop body runs on WASM alone, where no C-API kernel can do that. With
-    ``jit_compile=False`` it trains on WASM. If the defaults ever work,
-    update docs/architecture.md and docs/getting-started.md."""
+def test_recurrent_models_whose_loops_need_the_cpu_train_with_defaults(run_tf):
+    """A jit step keeps its loops functional for XLA. Run without XLA, a
+    functional loop would run its body on WASM alone, and the gradient loop
+    of an LSTM fed by another layer (an Embedding, a second LSTM) sums
+    TensorLists with a variant AddN, which no C-API kernel can do: it failed
+    with `No registered 'AddN' OpKernel for 'WASM' devices`. The graph pass
+    has TensorFlow lower those loops, so that AddN alone falls back to the
+    CPU. The defaults train, with the losses of ``jit_compile=False``."""
     run = run_tf(
         """
 import keras
@@ -223,22 +225,73 @@ import keras
 x = np.random.default_rng(7).integers(0, 50, (48, 12)).astype(np.int32)
 y = np.random.default_rng(8).integers(0, 3, 48)
 
-def fit(**compile_args):
+def fit(layers, **compile_args):
     keras.utils.set_random_seed(7)
-    model = keras.Sequential([keras.Input((12,), dtype="int32"), keras.layers.Embedding(50, 8), keras.layers.LSTM(6), keras.layers.Dense(3)])
+    model = keras.Sequential([keras.Input((12,), dtype="int32"), keras.layers.Embedding(50, 8), *layers(), keras.layers.Dense(3)])
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), **compile_args)
     losses = model.fit(x, y, batch_size=16, epochs=2, verbose=0).history["loss"]
-    return f"{all(np.isfinite(losses))}:{model.layers[1].weights[0].value.device}"
+    return model, losses
 
-try:
-    result("default", fit())
-except tf.errors.OpError as error:
-    result("default", type(error).__name__)
-result("no_jit", fit(jit_compile=False))
+for name, layers in [
+    ("embedding_lstm", lambda: [keras.layers.LSTM(6)]),
+    ("stacked", lambda: [keras.layers.LSTM(5, return_sequences=True), keras.layers.GRU(6)]),
+]:
+    model, default = fit(layers)
+    _, no_jit = fit(layers, jit_compile=False)
+    result(name + "_jit", model.jit_compile)
+    result(name + "_default", ",".join(str(v) for v in default))
+    result(name + "_no_jit", ",".join(str(v) for v in no_jit))
+    result(name + "_device", model.layers[1].weights[0].value.device)
+"""
+    )
+    assert run.returncode == 0, run.describe()
+    assert "No registered" not in run.stderr, run.describe()
+    results = run.results()
+    for name in ("embedding_lstm", "stacked"):
+        assert results[name + "_jit"] == "True", run.describe()
+        default = [float(v) for v in results[name + "_default"].split(",")]
+        no_jit = [float(v) for v in results[name + "_no_jit"].split(",")]
+        assert len(default) == 2 and all(math.isfinite(v) for v in default), run.describe()
+        assert default == pytest.approx(no_jit, rel=1e-5), run.describe()
+        assert results[name + "_device"].endswith("device:WASM:0"), run.describe()
+
+
+def test_jit_control_flow_falls_back_op_by_op(run_tf):
+    """`tf.cond`, `tf.switch_case` and `tf.while_loop` traced for XLA, each
+    with an op tfwasm has no kernel for (cumulative sums and products), in a
+    jit function called from a graph on WASM: the branches and the loop body
+    run, the ops without a WASM kernel on the CPU, and the results are the
+    CPU device's, bit for bit, on 0-size, 1-element, prime and 2-D inputs."""
+    run = run_tf(
+        """
+@tf.function(jit_compile=True)
+def inner(x, k):
+    y = tf.cond(tf.reduce_sum(x) > 0, lambda: tf.math.cumsum(x * 2.0), lambda: x - 1.0)
+    z = tf.switch_case(k, [lambda: y + 1.0, lambda: tf.math.cumprod(y)])
+    _, acc = tf.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, tf.math.cumsum(a) * 0.5), (0, z))
+    return acc
+
+@tf.function
+def outer(x, k):
+    return inner(x, k)
+
+rng = np.random.default_rng(3)
+same = []
+for shape in [(0,), (1,), (7,), (3, 5)]:
+    for sign in (1, -1):
+        for k in (0, 1):
+            x = (sign * rng.random(shape)).astype(np.float32)
+            with tf.device("/device:WASM:0"):
+                got = outer(tf.constant(x), tf.constant(k))
+            with tf.device("/CPU:0"):
+                want = inner.python_function(tf.constant(x), tf.constant(k))
+            same.append(got.shape == want.shape and np.array_equal(got.numpy(), want.numpy()))
+result("same", f"{sum(same)}/{len(same)}")
+cpu_check()
 """
     )
     assert run.returncode == 0, run.describe()
     results = run.results()
-    assert results["default"] != "True:/job:localhost/replica:0/task:0/device:WASM:0", run.describe()
-    assert "No registered 'AddN' OpKernel for 'WASM'" in run.stderr, run.describe()
-    assert results["no_jit"] == "True:/job:localhost/replica:0/task:0/device:WASM:0", run.describe()
+    assert results["same"] == "16/16", run.describe()
+    assert run.stderr.count(WARNING) == 1, run.describe()
+    assert results["cpu"].startswith("2.0@"), run.describe()

@@ -2,9 +2,11 @@
 //! device type (registered through `TF_InitGraph`, see `abi/graph.rs`).
 //!
 //! The pass works on the serialized GraphDef TensorFlow hands over and
-//! returns a serialized GraphDef. It makes five rewrites: [`xla`], calls
+//! returns a serialized GraphDef. It makes six rewrites: [`xla`], calls
 //! of `jit_compile=True` functions placed on our device run without XLA,
-//! which has no backend for a PluggableDevice; [`updates`], sparse
+//! which has no backend for a PluggableDevice; [`lower`], the loops and
+//! branches such functions keep functional for XLA are lowered, so their
+//! ops can fall back to the CPU one by one; [`updates`], sparse
 //! (scatter) updates of a variable on our device become assignments of an
 //! updated copy, which TensorFlow's own scatter kernels (CPU only) cannot
 //! serve, and float32 variable updates become assignments of a sum, which
@@ -19,12 +21,14 @@
 //! - [`wire`]: a strict protobuf wire-format reader that yields byte ranges.
 //! - [`schema`]: the field numbers of the messages the passes touch.
 //! - [`xla`]: the `_XlaMustCompile` rewrite.
+//! - [`lower`]: `_lower_using_switch_merge` on functional control flow.
 //! - [`updates`]: `AssignAdd`/`AssignSubVariableOp` as assignments.
 //! - [`fuse`]: the elementwise fusion.
 //! - [`host_edges`]: the host-memory marks on cross-device edges.
 
 pub mod fuse;
 pub mod host_edges;
+pub mod lower;
 pub mod schema;
 pub mod updates;
 pub mod wire;
@@ -92,7 +96,17 @@ pub fn optimize(graph: &[u8], device_type: &str, rewrites: &Rewrites<'_>) -> Res
             cleared.nodes.len()
         );
     }
-    let mut graph = cleared.graph;
+    // Not tied to the XLA rewrite's finds: the call it cleared is one
+    // graph, the loops inside the called function another.
+    let lowered = lower::lower_control_flow(&cleared.graph, device_type)?;
+    if !lowered.nodes.is_empty() {
+        tracing::debug!(
+            "tfwasm: {} functional loops and branches on {device_type} are lowered (first: {})",
+            lowered.nodes.len(),
+            lowered.nodes[0]
+        );
+    }
+    let mut graph = lowered.graph;
     // Not tied to fusion: without it a sparse update of a variable on our
     // device has no kernel there that works (see `updates::scatter_updates`).
     if rewrites.scatter {
