@@ -111,6 +111,72 @@ def test_coverage_parses_placement_and_execution_lines():
     assert "_Arg" not in report
 
 
+def test_coverage_takes_a_second_placement_over_the_first():
+    """TensorFlow places a function again, without the placement log, when
+    it lowers the function's loops after the graph passes: the placer's own
+    line for a node, with no placement-log line just before it on that
+    thread, replaces the node's first record."""
+    c = coverage.Coverage()
+    wasm, cpu = "/job:localhost/replica:0/task:0/device:WASM:0", "/job:localhost/replica:0/task:0/device:CPU:0"
+    lines = [
+        # first placement, logged (each log line has the placer's twin after it)
+        f"I0000 00:00:1.1  9015 placer.cc:162] loop: (While): {wasm}",
+        f"I0000 00:00:1.1  9015 placer.cc:172] loop(While) placed on: {wasm}",
+        f"I0000 00:00:1.1  9015 placer.cc:162] acc: (AddN): {wasm}",
+        f"I0000 00:00:1.1  9015 placer.cc:172] acc(AddN) placed on: {wasm}",
+        # another thread's logged placement in between
+        f"I0000 00:00:1.1  7001 placer.cc:162] acc: (AddN): {wasm}",
+        f"I0000 00:00:1.1  7001 placer.cc:172] acc(AddN) placed on: {wasm}",
+        # the second placement on thread 9015: the loop's body appears, acc moves
+        f"I0000 00:00:1.2  9015 placer.cc:172] acc(AddN) placed on: {cpu}",
+        f"I0000 00:00:1.2  9015 placer.cc:172] loop/body/_1/mul(Mul) placed on: {wasm}",
+        f"I0000 00:00:1.2  9015 placer.cc:172] loop/body/_1/sum(Cumsum) placed on: {cpu}",
+    ]
+    assert all(c.feed(line) for line in lines)
+    assert c.nodes == {
+        ("While", "WASM:0"): 1,
+        ("AddN", "WASM:0"): 1,  # thread 7001's
+        ("AddN", "CPU:0"): 1,
+        ("Mul", "WASM:0"): 1,
+        ("Cumsum", "CPU:0"): 1,
+    }
+    assert c.compute_nodes("WASM") == (2, 4)
+    assert c.fallbacks("WASM") == ["AddN", "Cumsum"]
+
+
+def test_coverage_counts_the_ops_of_lowered_jit_loops(tmp_path):
+    """A jit function run without XLA on WASM: its loop is lowered after the
+    graph passes. The report counts the ops inside the loop, the one without
+    a WASM kernel (Cumsum) on the CPU."""
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent(
+        """
+        import numpy as np
+        import tensorflow as tf
+        @tf.function(jit_compile=True)
+        def inner(x):
+            return tf.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, tf.math.cumsum(a) * 0.5), (0, x))[1]
+        @tf.function
+        def outer(x):
+            return inner(x)
+        with tf.device("/device:WASM:0"):
+            print("program output", outer(tf.constant([1.0, 2.0, 4.0])).numpy().tolist())
+        """
+    ))
+    json_path = tmp_path / "cov.json"
+    done = run_tool(["coverage", "--json", str(json_path), "--", str(script)], tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "program output [0.125, 0.625, 2.0]" in done.stdout
+    assert "placer.cc" not in done.stdout + done.stderr, "placement lines must not reach the user"
+    import json
+
+    data = json.loads(json_path.read_text())
+    placed = {(e["op"], e["device"]): e["count"] for e in data["nodes"]}
+    assert placed.get(("Cumsum", "CPU:0")) == 1, placed
+    assert placed.get(("Mul", "WASM:0")) == 1, placed
+    assert "Cumsum" in data["fallbacks"]
+
+
 def test_coverage_of_a_program(tmp_path):
     script = tmp_path / "program.py"
     script.write_text(textwrap.dedent(

@@ -11,6 +11,15 @@ per op type:
   and the one-node functions eager ops run in);
 * ``eager runs``: eager executions per device.
 
+A function whose loops and branches TensorFlow lowers after the graph
+passes (a jit function run without XLA on WASM, see docs/architecture.md)
+is placed a second time, without the placement log. Its first placement
+still names the functional ``While``/``If`` and misses every op inside, so
+TensorFlow's placer is also asked for its own lines (``TF_CPP_VMODULE``
+``placer=1``): one it writes alone, with no placement-log line for the same
+node on the same thread just before, is such a second placement, and it
+replaces the node's earlier record.
+
 Nodes of tf.data input-pipeline functions (instantiated when a dataset
 iterator is created: TensorFlow always runs them on the host CPU, whatever
 devices exist) are counted apart, as ``pipeline``, and not in the share.
@@ -56,6 +65,10 @@ def is_not_compute(op: str) -> bool:
 
 # "name: (Op): /job:localhost/replica:0/task:0/device:WASM:0" (placer, stdout and the log)
 PLACED = re.compile(r"^(?:.*placer\.cc:\d+\] )?(?P<node>[^\s()]+): \((?P<op>[A-Za-z0-9_]+)\): (?P<device>/job:\S+)$")
+# "name(Op) placed on: /job:..." (the placer's own VLOG(1) line, for every placement)
+REPLACED = re.compile(r"placer\.cc:\d+\] (?P<node>[^\s()]+)\((?P<op>[A-Za-z0-9_]+)\) placed on: (?P<device>/job:\S+)$")
+# The thread id in TensorFlow's log prefix.
+THREAD = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+(?P<thread>\d+) ")
 # "Executing op Relu in device /job:localhost/replica:0/task:0/device:CPU:0"
 EXECUTED = re.compile(r"Executing op (?P<op>\S+) in device (?P<device>/job:\S+)$")
 # TensorFlow's own C++ log prefix: "I0000 00:00:1795355550.407420    9015 placer.cc:162] ..."
@@ -80,6 +93,10 @@ class Coverage:
     # True between the execution of an iterator-creating op and the next execution:
     # the graphs placed then are the dataset's functions.
     in_pipeline: bool = False
+    # Per thread: each node name's latest placement, as (counter, key), and
+    # the node of the last placement-log line (its VLOG twin comes next).
+    placed: dict = field(default_factory=dict)
+    logged: dict = field(default_factory=dict)
 
     def feed(self, line: str) -> bool:
         """Records a placement-log line; False if the line is not one."""
@@ -97,9 +114,34 @@ class Coverage:
             if "placer.cc" in line:
                 # The same placement is printed to stdout and logged; count the log line only.
                 key = (m.group("op"), short_device(m.group("device")))
-                (self.pipeline if self.in_pipeline else self.nodes)[key] += 1
+                counter = self.pipeline if self.in_pipeline else self.nodes
+                counter[key] += 1
+                thread = self.thread(line)
+                self.placed.setdefault(thread, {})[m.group("node")] = (counter, key)
+                self.logged[thread] = m.group("node")
+            return True
+        m = REPLACED.search(line)
+        if m:
+            thread, node = self.thread(line), m.group("node")
+            if self.logged.pop(thread, None) == node:
+                return True  # the twin of the placement-log line just counted
+            key = (m.group("op"), short_device(m.group("device")))
+            placed = self.placed.setdefault(thread, {})
+            counter = self.pipeline if self.in_pipeline else self.nodes
+            if node in placed:
+                counter, old = placed[node]
+                counter[old] -= 1
+                if counter[old] <= 0:
+                    del counter[old]
+            counter[key] += 1
+            placed[node] = (counter, key)
             return True
         return False
+
+    @staticmethod
+    def thread(line: str) -> str:
+        m = THREAD.match(line)
+        return m.group("thread") if m else ""
 
     def ops(self, include_all: bool) -> list[str]:
         names = {op for op, _ in self.nodes} | {op for op, _ in self.eager}
@@ -167,6 +209,7 @@ def run(script_argv: list[str], coverage: Coverage) -> int:
     env = dict(os.environ)
     user_level = env.get("TF_CPP_MIN_LOG_LEVEL")
     env["TF_CPP_MIN_LOG_LEVEL"] = "0"  # the placement log is INFO
+    env["TF_CPP_VMODULE"] = ",".join(filter(None, [env.get("TF_CPP_VMODULE"), "placer=1"]))
     show_info = user_level == "0"
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, *script_argv],
