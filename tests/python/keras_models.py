@@ -38,7 +38,7 @@ def data(model: str):
         x = rng.standard_normal((SAMPLES, 20)).astype(np.float32)
         w = rng.standard_normal((20, 10)).astype(np.float32)
         y = np.argmax(x @ w + 0.5 * rng.standard_normal((SAMPLES, 10)), axis=1).astype(np.int64)
-    elif model == "transformer":
+    elif model in ("transformer", "sequence"):
         # Token sequences; the class is the most frequent of five token bands.
         x = rng.integers(0, TOKENS, (SAMPLES, 16)).astype(np.int32)
         y = np.array([np.bincount(row * 5 // TOKENS, minlength=5).argmax() for row in x], np.int64)
@@ -76,6 +76,14 @@ def build(model: str):
         f = layers.Dense(32)(layers.Dense(64, activation="gelu")(h))
         h = layers.LayerNormalization()(h + layers.Dropout(0.1)(f))
         net = keras.Model(inputs, layers.Dense(5)(layers.GlobalAveragePooling1D()(h)))
+    elif model == "sequence":
+        # An LSTM fed by an embedding, then a 1-D convolution: the LSTM's
+        # gradient loop sums TensorLists (a variant AddN, CPU only) and
+        # splits its gates (Split, StridedSliceGrad).
+        inputs = keras.Input((16,), dtype="int32")
+        h = layers.LSTM(16, return_sequences=True)(layers.Embedding(TOKENS, 8)(inputs))
+        h = layers.GlobalAveragePooling1D()(layers.Conv1D(8, 3, padding="same", activation="relu")(h))
+        net = keras.Model(inputs, layers.Dense(5)(h))
     elif model == "embedding":
         # Adam densifies the Embedding's sparse gradient (UnsortedSegmentSum),
         # plain SGD, RMSprop, Adagrad and Adadelta scatter it into the table
@@ -131,7 +139,7 @@ def compile_model(net, jit_compile, model="mlp", optimizer="adam"):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn", "separable", "rnn", "transformer", "embedding"], required=True)
+    parser.add_argument("--model", choices=["mlp", "cnn", "separable", "rnn", "transformer", "embedding", "sequence"], required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--jit", choices=["false", "default"], default="false")
     parser.add_argument("--optimizer", default="adam", help="a Keras optimizer name")

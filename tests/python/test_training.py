@@ -133,6 +133,26 @@ def test_mixed_precision_training_matches_cpu_and_runs_on_wasm(model, policy, tm
     assert {"Cast", "MatMul" if model == "mlp" else "Conv2D" if model == "cnn" else "Einsum"} <= on_wasm
 
 
+def test_mixed_precision_sequence_model_with_keras_defaults(tmp_path, cpu_policy):
+    """Embedding → LSTM → Conv1D under `mixed_float16` and Keras' defaults
+    (`jit_compile="auto"`): the jit step runs without XLA, its loops lowered,
+    and trains to the CPU's losses. What stays on the CPU is only what no
+    C-API kernel can do (the gradient loop's variant AddN, a variant
+    ZerosLike) and the orthogonal initializer's Qr; the LSTM's gate splits
+    run on WASM in float16."""
+    label = "sequence mixed_float16 jit=default"
+    args = ["--model", "sequence", "--dtype-policy", "mixed_float16", "--jit", "default", "--epochs", "2"]
+    wasm, cpu, coverage = train_on_both(args, label, tmp_path, cpu_policy)
+    assert_same_training(wasm, cpu, MIXED_LOSS_RTOL["mixed_float16"], label)
+    assert wasm["compute_dtype"] == "float16"
+    on, total = coverage["compute_nodes_on_device"], coverage["compute_nodes"]
+    assert total > 200 and on / total >= MIN_SHARE_ON_WASM, f"{label}: {on}/{total}"
+    assert set(coverage["fallbacks"]) <= {"AddN", "ZerosLike", "Qr", "MatrixDiagPartV3"}, coverage["fallbacks"]
+    on_wasm = {n["op"] for n in coverage["nodes"] if n["device"] == "WASM:0"}
+    needed = {"Split", "MatMul", "Conv2D", "TensorListGetItem", "AddN"}
+    assert needed <= on_wasm, f"not run on WASM: {sorted(needed - on_wasm)}"
+
+
 def test_recurrent_training_matches_cpu(tmp_path, cpu_policy):
     """A SimpleRNN's while loop copies its state within the device on the
     compute stream; kernels that read before the copy ran made the losses

@@ -1088,12 +1088,20 @@ def narrow_tolerance(tol: tuple[float, float], dtype: str) -> tuple[float, float
 
 
 def narrow_cases(tf, op: str, cases: list[Case]) -> list[tuple[str, Case]]:
-    """Each float32 case again with its ``T``-typed inputs in float16 and in
-    bfloat16 (the other inputs, e.g. batch norm's float32 ``U`` ones, stay).
-    A case with a ``T`` input that is not float32 data is left out."""
+    """Each float32 case again with its ``T``-typed (``Tparams`` for a
+    gather) inputs in float16 and in bfloat16 (the other inputs, e.g. batch
+    norm's float32 ``U`` ones, stay). A case with such an input that is not
+    float32 data is left out."""
+    import inspect
+
     from tensorflow.python.framework import op_def_registry
 
-    t_inputs = {a.name for a in op_def_registry.get(op).input_arg if a.type_attr == "T"}
+    inputs = op_def_registry.get(op).input_arg
+    attr = "Tparams" if any(a.type_attr == "Tparams" for a in inputs) else "T"
+    # raw_ops take the inputs first, in the OpDef's order, under Python names
+    # that may differ (`Select`'s `t`, `e` are `x`, `y`).
+    names = list(inspect.signature(getattr(tf.raw_ops, op)).parameters)
+    t_inputs = {names[i] for i, a in enumerate(inputs) if a.type_attr == attr}
     out = []
     for name, np_type in (("float16", np.float16), ("bfloat16", tf.bfloat16.as_numpy_dtype)):
         for case in cases:
@@ -1121,7 +1129,9 @@ def widen_arg(tf, value):
 
 
 def has_narrow_registration(registrations: list[dict[str, list[str]]]) -> bool:
-    return any("float16" in reg.get("T", []) or "bfloat16" in reg.get("T", []) for reg in registrations)
+    return any(
+        narrow in reg.get(attr, []) for reg in registrations for attr in ("T", "Tparams") for narrow in ("float16", "bfloat16")
+    )
 
 
 def run_case(tf, op: str, case: Case, spec: Spec, wasm: str, narrow: str | None = None) -> tuple[float | None, bool, str]:

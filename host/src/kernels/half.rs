@@ -116,6 +116,25 @@ pub const NARROW: &[(&str, &Constraints)] = &[
     ("Mean", T_TIDX),
     ("Max", T_TIDX),
     ("Min", T_TIDX),
+    ("Prod", T_TIDX),
+    ("ArgMax", &[("T", types::HALF), ("Tidx", types::INDEX), ("output_type", types::INDEX)]),
+    ("ArgMin", &[("T", types::HALF), ("Tidx", types::INDEX), ("output_type", types::INDEX)]),
+    ("IsNan", T),
+    ("IsFinite", T),
+    ("Select", T),
+    ("Split", T),
+    ("SplitV", &[("T", types::HALF), ("Tlen", types::INDEX)]),
+    ("Unpack", T),
+    ("StridedSliceGrad", &[("T", types::HALF), ("Index", types::INDEX)]),
+    ("PadV2", &[("T", types::HALF), ("Tpaddings", types::INDEX)]),
+    ("ReverseV2", &[("T", types::HALF), ("Tidx", types::INDEX)]),
+    ("BroadcastTo", &[("T", types::HALF), ("Tidx", types::INDEX)]),
+    ("Snapshot", T),
+    ("GatherV2", &[("Tparams", types::HALF), ("Tindices", types::INDEX), ("Taxis", types::INDEX)]),
+    ("UnsortedSegmentSum", &[("T", types::HALF), ("Tindices", types::INDEX), ("Tnumsegments", types::INDEX)]),
+    ("OneHot", &[("T", types::HALF), ("TI", types::INDEX)]),
+    ("SoftmaxCrossEntropyWithLogits", T),
+    ("SparseSoftmaxCrossEntropyWithLogits", &[("T", types::HALF), ("Tlabels", types::INDEX)]),
 ];
 
 /// The registrations [`NARROW`] adds to `defs`: each op's float32
@@ -129,9 +148,13 @@ pub fn narrow_registrations(defs: &[KernelDef]) -> Vec<KernelDef> {
     NARROW
         .iter()
         .map(|&(op, narrow_types)| {
+            // The attribute the narrow types constrain (`T`, or `Tparams`).
+            let float_attr = narrow_types[0].0;
             let float = defs
                 .iter()
-                .find(|d| d.op == op && d.types.iter().any(|&(attr, list)| attr == "T" && list.contains(&DType::F32)))
+                .find(|d| {
+                    d.op == op && d.types.iter().any(|&(attr, list)| attr == float_attr && list.contains(&DType::F32))
+                })
                 .unwrap_or_else(|| panic!("{op} has a narrow registration but no float32 kernel"));
             KernelDef { types: narrow_types, widened: true, ..*float }
         })
