@@ -156,11 +156,15 @@ def test_mixed_precision_sequence_model_with_keras_defaults(tmp_path, cpu_policy
 def test_recurrent_training_matches_cpu(tmp_path, cpu_policy):
     """A SimpleRNN's while loop copies its state within the device on the
     compute stream; kernels that read before the copy ran made the losses
-    drift from the CPU's in some runs. (Its TensorList ops run on the CPU:
-    no coverage goal here.)"""
-    wasm, _ = run([str(SCRIPT), "--model", "rnn"], env_with_package(), tmp_path, "rnn on WASM")
-    cpu, _ = run([str(SCRIPT), "--model", "rnn"], env_with_package(cpu_policy), tmp_path, "rnn on CPU")
+    drift from the CPU's in some runs. The loop's TensorList ops run on
+    WASM; the CPU keeps the orthogonal initializer (Qr, MatrixDiagPartV3)
+    and a variant ZerosLike, which no C-API kernel can implement."""
+    wasm, cpu, coverage = train_on_both(["--model", "rnn"], "rnn", tmp_path, cpu_policy)
     assert_same_training(wasm, cpu, LOSS_RTOL, "rnn")
+    assert set(coverage["fallbacks"]) <= {"Qr", "MatrixDiagPartV3", "ZerosLike"}, coverage["fallbacks"]
+    on_wasm = {n["op"] for n in coverage["nodes"] if n["device"] == "WASM:0"}
+    needed = {"TensorListGetItem", "TensorListSetItem", "TensorListStack", "MatMul", "Tanh", "TanhGrad"}
+    assert needed <= on_wasm, f"not run on WASM: {sorted(needed - on_wasm)}"
 
 
 def test_embedding_training_matches_cpu_and_keeps_its_ops_on_wasm(tmp_path, cpu_policy):
