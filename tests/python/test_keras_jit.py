@@ -242,10 +242,14 @@ for name, layers in [
     result(name + "_default", ",".join(str(v) for v in default))
     result(name + "_no_jit", ",".join(str(v) for v in no_jit))
     result(name + "_device", model.layers[1].weights[0].value.device)
-"""
+""",
+        env={"TFWASM_LOG": "debug"},
     )
     assert run.returncode == 0, run.describe()
     assert "No registered" not in run.stderr, run.describe()
+    # With jit_compile=False the pass sees the lowered loop: the list
+    # gradient's loop variable follows the CPU-only AddN to the CPU.
+    assert "loop nodes carrying a TensorList summed on the CPU move there" in run.stderr, run.describe()
     results = run.results()
     for name in ("embedding_lstm", "stacked"):
         assert results[name + "_jit"] == "True", run.describe()

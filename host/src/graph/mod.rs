@@ -2,7 +2,7 @@
 //! device type (registered through `TF_InitGraph`, see `abi/graph.rs`).
 //!
 //! The pass works on the serialized GraphDef TensorFlow hands over and
-//! returns a serialized GraphDef. It makes six rewrites: [`xla`], calls
+//! returns a serialized GraphDef. It makes seven rewrites: [`xla`], calls
 //! of `jit_compile=True` functions placed on our device run without XLA,
 //! which has no backend for a PluggableDevice; [`lower`], the loops and
 //! branches such functions keep functional for XLA are lowered, so their
@@ -11,10 +11,10 @@
 //! updated copy, which TensorFlow's own scatter kernels (CPU only) cannot
 //! serve, and float32 variable updates become assignments of a sum, which
 //! [`fuse`] then takes into the tree of elementwise ops computing the
-//! update, as it makes every such tree on our device one node; and
-//! [`host_edges`], tensors crossing between the CPU device and ours do so
-//! in host memory.
-//! Input is untrusted: anything
+//! update, as it makes every such tree on our device one node;
+//! [`variant_loops`], a `TensorList` summed on the CPU in a loop is carried
+//! around the loop there; and [`host_edges`], tensors crossing between the
+//! CPU device and ours do so in host memory. Input is untrusted: anything
 //! that is not valid wire format is a [`GraphError`], never a panic, and
 //! TensorFlow then keeps its original graph.
 //!
@@ -24,6 +24,8 @@
 //! - [`lower`]: `_lower_using_switch_merge` on functional control flow.
 //! - [`updates`]: `AssignAdd`/`AssignSubVariableOp` as assignments.
 //! - [`fuse`]: the elementwise fusion.
+//! - [`variant_loops`]: loop variables of a TensorList summed on the CPU
+//!   stay there.
 //! - [`host_edges`]: the host-memory marks on cross-device edges.
 
 pub mod fuse;
@@ -31,6 +33,7 @@ pub mod host_edges;
 pub mod lower;
 pub mod schema;
 pub mod updates;
+pub mod variant_loops;
 pub mod wire;
 pub mod xla;
 
@@ -139,6 +142,17 @@ pub fn optimize(graph: &[u8], device_type: &str, rewrites: &Rewrites<'_>) -> Res
             );
         }
         graph = fusion.graph;
+    }
+    if let Some(preserve) = rewrites.preserve {
+        let moved = variant_loops::carry_on_cpu(&graph, device_type, preserve)?;
+        if !moved.nodes.is_empty() {
+            tracing::debug!(
+                "tfwasm: {} loop nodes carrying a TensorList summed on the CPU move there (first: {})",
+                moved.nodes.len(),
+                moved.nodes[0]
+            );
+            graph = moved.graph;
+        }
     }
     if rewrites.host_edges {
         // Without TensorFlow's list, any output may be a fetch: mark inputs only.
