@@ -68,12 +68,7 @@ pub fn fuse_elementwise(
 ) -> Result<Fusion, GraphError> {
     let unchanged = || Fusion { graph: graph.to_vec(), roots: Vec::new(), fused_nodes: 0 };
     let nodes = read_nodes(graph, device_type)?;
-    let mut by_name = HashMap::with_capacity(nodes.len());
-    for (index, node) in nodes.iter().enumerate() {
-        if by_name.insert(node.name, index).is_some() {
-            return Ok(unchanged());
-        }
-    }
+    let Some(by_name) = index_by_name(&nodes, |node| node.name) else { return Ok(unchanged()) };
 
     // Who reads each node: data reads (any output), and whether anything
     // waits on it by control edge.

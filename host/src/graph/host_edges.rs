@@ -111,18 +111,8 @@ pub fn mark_host_edges(
     ours: &dyn Fn(&NodeFields<'_>) -> bool,
 ) -> Result<HostEdges, GraphError> {
     let unchanged = || HostEdges { graph: graph.to_vec(), inputs: 0, outputs: 0, moved: 0 };
-    // Each node's bytes (to rewrite it) and its fields, read once.
-    let (raw, nodes): (Vec<&[u8]>, Vec<NodeFields<'_>>) = node_defs(graph)
-        .map(|node| node.and_then(|(node, at)| Ok((node, NodeFields::read(node).map_err(|e| e.at(at))?))))
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter()
-        .unzip();
-    let mut by_name = HashMap::with_capacity(nodes.len());
-    for (index, node) in nodes.iter().enumerate() {
-        if by_name.insert(node.name, index).is_some() {
-            return Ok(unchanged());
-        }
-    }
+    let (raw, nodes) = read_node_fields(graph)?;
+    let Some(by_name) = index_by_name(&nodes, |node| node.name) else { return Ok(unchanged()) };
     // A variant returned from a CPU node is returned on that CPU.
     let moved: Vec<Option<&[u8]>> =
         nodes.iter().map(|node| variant_home(node, device_type, &nodes, &by_name)).collect();

@@ -72,7 +72,7 @@ pub fn lower_control_flow(graph: &[u8], device_type: &str) -> Result<Lowered, Gr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::schema::testing::{bare_node, graph, CPU0, TRAILER, WASM0};
+    use crate::graph::schema::testing::{bare_node, graph, mutations, CPU0, TRAILER, WASM0};
     use crate::graph::schema::{attr_value, node_defs};
 
     fn with_lower(mut node: Vec<u8>, lower: bool) -> Vec<u8> {
@@ -174,14 +174,7 @@ mod tests {
             let _ = lower_control_flow(&good[..cut], "WASM");
         }
         assert!(lower_control_flow(&good[..good.len() - 1], "WASM").is_err());
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        for _ in 0..5_000 {
-            let mut g = good.clone();
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let i = (state as usize) % g.len();
-            g[i] = (state >> 32) as u8;
+        for g in mutations(&good, 5_000, 0x2545_f491_4f6c_dd1d) {
             let _ = lower_control_flow(&g, "WASM");
         }
     }

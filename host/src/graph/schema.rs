@@ -36,6 +36,8 @@ pub const DT_RESOURCE: u64 = data_type::DT_RESOURCE;
 /// A host object (an `Optional`, a `TensorList`) no C-API kernel can read.
 pub const DT_VARIANT: u64 = data_type::DT_VARIANT;
 
+use std::collections::HashMap;
+
 use super::wire;
 use super::GraphError;
 
@@ -47,6 +49,28 @@ pub fn node_defs(graph: &[u8]) -> impl Iterator<Item = Result<wire::Located<'_>,
         Ok(field) if field.number == GRAPH_NODE => Some(wire::bytes(graph, &field, "GraphDef.node is not a message")),
         Ok(_) => None,
     })
+}
+
+/// Every NodeDef of `graph`: its bytes (to rewrite it) and its fields.
+pub fn read_node_fields(graph: &[u8]) -> Result<(Vec<&[u8]>, Vec<NodeFields<'_>>), GraphError> {
+    Ok(node_defs(graph)
+        .map(|node| node.and_then(|(node, at)| Ok((node, NodeFields::read(node).map_err(|e| e.at(at))?))))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .unzip())
+}
+
+/// Each node's index by its name, or `None` if two nodes share one (the
+/// passes then return the graph unchanged: an input name would not say
+/// which node it means).
+pub fn index_by_name<'g, N>(nodes: &[N], name: impl Fn(&N) -> &'g [u8]) -> Option<HashMap<&'g [u8], usize>> {
+    let mut by_name = HashMap::with_capacity(nodes.len());
+    for (index, node) in nodes.iter().enumerate() {
+        if by_name.insert(name(node), index).is_some() {
+            return None;
+        }
+    }
+    Some(by_name)
 }
 
 /// The key and the AttrValue bytes (with their offset in `entry`) of one
@@ -242,4 +266,19 @@ pub mod testing {
 
     /// Bytes of the VersionDef field [`graph`] ends with.
     pub const TRAILER: usize = 5;
+
+    /// `rounds` copies of `good`, each with one byte replaced at a
+    /// pseudo-random place (xorshift from `seed`: deterministic): mostly
+    /// well-formed input for the passes' never-panic tests.
+    pub fn mutations(good: &[u8], rounds: usize, mut seed: u64) -> impl Iterator<Item = Vec<u8>> + '_ {
+        (0..rounds).map(move |_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let mut g = good.to_vec();
+            let i = (seed as usize) % g.len();
+            g[i] = (seed >> 32) as u8;
+            g
+        })
+    }
 }

@@ -15,9 +15,9 @@
 //! The frame ops have CPU kernels for `variant`; TensorFlow partitions a
 //! frame that spans devices as it does when soft placement splits one.
 
-use std::collections::HashMap;
-
-use super::schema::{edit_nodes, input_source, node_defs, NodeEdit, NodeFields, DT_VARIANT, NODE_DEVICE};
+use super::schema::{
+    edit_nodes, index_by_name, input_source, read_node_fields, NodeEdit, NodeFields, DT_VARIANT, NODE_DEVICE,
+};
 use super::wire;
 use super::xla::placed_on;
 use super::{GraphError, Preserve};
@@ -42,17 +42,8 @@ pub struct Moved {
 /// with two nodes of one name is returned unchanged.
 pub fn carry_on_cpu(graph: &[u8], device_type: &str, preserve: Preserve<'_>) -> Result<Moved, GraphError> {
     let unchanged = || Moved { graph: graph.to_vec(), nodes: Vec::new() };
-    let (raw, nodes): (Vec<&[u8]>, Vec<NodeFields<'_>>) = node_defs(graph)
-        .map(|node| node.and_then(|(node, at)| Ok((node, NodeFields::read(node).map_err(|e| e.at(at))?))))
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter()
-        .unzip();
-    let mut by_name = HashMap::with_capacity(nodes.len());
-    for (index, node) in nodes.iter().enumerate() {
-        if by_name.insert(node.name, index).is_some() {
-            return Ok(unchanged());
-        }
-    }
+    let (raw, nodes) = read_node_fields(graph)?;
+    let Some(by_name) = index_by_name(&nodes, |node| node.name) else { return Ok(unchanged()) };
     // Data edges both ways: each node's producers and consumers.
     let mut neighbours: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
     for (consumer, node) in nodes.iter().enumerate() {
@@ -117,8 +108,8 @@ fn with_device(node: &[u8], device: &[u8]) -> Result<Vec<u8>, GraphError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::schema::put_type_attr;
-    use crate::graph::schema::testing::{bare_node, graph, CPU0, TRAILER, WASM0};
+    use crate::graph::schema::testing::{bare_node, graph, mutations, CPU0, TRAILER, WASM0};
+    use crate::graph::schema::{node_defs, put_type_attr};
 
     fn typed(name: &str, op: &str, inputs: &[&str], device: &str, dtype: u64) -> Vec<u8> {
         let mut node = bare_node(name, op, inputs, device);
@@ -213,14 +204,7 @@ mod tests {
             let _ = carry_on_cpu(&good[..cut], "WASM", &keep_nothing);
         }
         assert!(carry_on_cpu(&good[..good.len() - 1], "WASM", &keep_nothing).is_err());
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..3_000 {
-            let mut g = good.clone();
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let i = (state as usize) % g.len();
-            g[i] = (state >> 24) as u8;
+        for g in mutations(&good, 3_000, 0x9e37_79b9_7f4a_7c15) {
             let _ = carry_on_cpu(&g, "WASM", &keep_nothing);
         }
     }
