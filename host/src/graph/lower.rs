@@ -17,10 +17,9 @@
 //! CPU), and partitioning. A node that already says whether to lower
 //! (either way) is left as its author set it.
 
-use super::schema::{edit_nodes, node_defs, put_attr, NodeEdit, NodeFields, ATTR_VALUE_B};
-use super::wire;
+use super::schema::{node_defs, put_bool_attr, NodeEdit, NodeFields};
 use super::xla::placed_on;
-use super::GraphError;
+use super::{GraphError, Rewritten};
 
 /// The attribute TensorFlow's lowering reads.
 pub const LOWER_ATTR: &[u8] = b"_lower_using_switch_merge";
@@ -28,22 +27,13 @@ pub const LOWER_ATTR: &[u8] = b"_lower_using_switch_merge";
 /// The functional control-flow ops TensorFlow can lower.
 const FUNCTIONAL: [&[u8]; 6] = [b"While", b"StatelessWhile", b"If", b"StatelessIf", b"Case", b"StatelessCase"];
 
-/// The outcome of [`lower_control_flow`].
-#[derive(Debug)]
-pub struct Lowered {
-    /// The graph; byte for byte the input when `nodes` is empty.
-    pub graph: Vec<u8>,
-    /// Names of the nodes marked for lowering.
-    pub nodes: Vec<String>,
-}
-
 /// Marks every functional control-flow node of `graph` (a serialized
 /// GraphDef) placed on a device of type `device_type`, and without a
 /// `_lower_using_switch_merge` attribute, to be lowered.
 ///
 /// Errors when the GraphDef or a NodeDef is not valid wire format
 /// (TensorFlow then keeps its graph).
-pub fn lower_control_flow(graph: &[u8], device_type: &str) -> Result<Lowered, GraphError> {
+pub fn lower_control_flow(graph: &[u8], device_type: &str) -> Result<Rewritten, GraphError> {
     let mut edits = Vec::new();
     let mut nodes = Vec::new();
     for node in node_defs(graph) {
@@ -57,28 +47,22 @@ pub fn lower_control_flow(graph: &[u8], device_type: &str) -> Result<Lowered, Gr
             continue;
         }
         let mut marked = node.to_vec();
-        let mut value = Vec::new();
-        wire::put_varint_field(ATTR_VALUE_B, 1, &mut value);
-        put_attr(LOWER_ATTR, &value, &mut marked);
+        put_bool_attr(LOWER_ATTR, true, &mut marked);
         edits.push(NodeEdit::Replace(marked));
         nodes.push(String::from_utf8_lossy(fields.name).into_owned());
     }
-    if nodes.is_empty() {
-        return Ok(Lowered { graph: graph.to_vec(), nodes });
-    }
-    Ok(Lowered { graph: edit_nodes(graph, &edits)?, nodes })
+    Rewritten::from_edits(graph, &edits, nodes)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::graph::schema::testing::{bare_node, graph, mutations, CPU0, TRAILER, WASM0};
-    use crate::graph::schema::{attr_value, node_defs};
+    use crate::graph::schema::{attr_value, node_defs, ATTR_VALUE_B};
+    use crate::graph::wire;
 
     fn with_lower(mut node: Vec<u8>, lower: bool) -> Vec<u8> {
-        let mut value = Vec::new();
-        wire::put_varint_field(ATTR_VALUE_B, u64::from(lower), &mut value);
-        put_attr(LOWER_ATTR, &value, &mut node);
+        put_bool_attr(LOWER_ATTR, lower, &mut node);
         node
     }
 

@@ -62,6 +62,24 @@ impl From<GraphError> for crate::Error {
     }
 }
 
+/// What a rewrite made of a graph.
+#[derive(Debug)]
+pub struct Rewritten {
+    /// The graph; byte for byte the input when `nodes` is empty.
+    pub graph: Vec<u8>,
+    /// Names of the nodes the rewrite changed (or replaced).
+    pub nodes: Vec<String>,
+}
+
+impl Rewritten {
+    /// `graph` with `edits` made, or an unchanged copy when `nodes` (the
+    /// names of the edited nodes) is empty.
+    pub fn from_edits(graph: &[u8], edits: &[schema::NodeEdit], nodes: Vec<String>) -> Result<Self, GraphError> {
+        let graph = if nodes.is_empty() { graph.to_vec() } else { schema::edit_nodes(graph, edits)? };
+        Ok(Rewritten { graph, nodes })
+    }
+}
+
 /// Which node names TensorFlow needs kept in a graph (feeds, fetches).
 pub type Preserve<'a> = &'a dyn Fn(&[u8]) -> bool;
 
@@ -114,22 +132,22 @@ pub fn optimize(graph: &[u8], device_type: &str, rewrites: &Rewrites<'_>) -> Res
     // device has no kernel there that works (see `updates::scatter_updates`).
     if rewrites.scatter {
         let scattered = updates::scatter_updates(&graph, device_type)?;
-        if !scattered.rewritten.is_empty() {
+        if !scattered.nodes.is_empty() {
             tracing::debug!(
                 "tfwasm: {} sparse variable updates on {device_type} become assignments of a scattered copy (first: {})",
-                scattered.rewritten.len(),
-                scattered.rewritten[0]
+                scattered.nodes.len(),
+                scattered.nodes[0]
             );
             graph = scattered.graph;
         }
     }
     if let (true, Some(preserve)) = (rewrites.fuse, rewrites.preserve) {
         let updates = updates::assign_updates(&graph, device_type)?;
-        if !updates.rewritten.is_empty() {
+        if !updates.nodes.is_empty() {
             tracing::debug!(
                 "tfwasm: {} variable updates on {device_type} become assignments of a sum (first: {})",
-                updates.rewritten.len(),
-                updates.rewritten[0]
+                updates.nodes.len(),
+                updates.nodes[0]
             );
         }
         let fusion = fuse::fuse_elementwise(&updates.graph, device_type, preserve)?;

@@ -189,6 +189,13 @@ pub fn put_type_attr(key: &[u8], dtype: u64, node: &mut Vec<u8>) {
     put_attr(key, &value, node);
 }
 
+/// Appends the `bool` attribute `key: value`.
+pub fn put_bool_attr(key: &[u8], value: bool, node: &mut Vec<u8>) {
+    let mut attr_value = Vec::new();
+    wire::put_varint_field(ATTR_VALUE_B, u64::from(value), &mut attr_value);
+    put_attr(key, &attr_value, node);
+}
+
 /// Appends one `NodeDef.attr` map entry, `key: value` (AttrValue bytes).
 pub fn put_attr(key: &[u8], attr_value: &[u8], node: &mut Vec<u8>) {
     let mut entry = Vec::new();

@@ -44,28 +44,19 @@ use std::collections::HashSet;
 use super::schema::*;
 use super::wire;
 use super::xla::placed_on;
-use super::GraphError;
+use super::{GraphError, Rewritten};
 use crate::kernels::scatter;
 
 /// Suffixes of the two nodes each rewritten update adds.
 pub const READ_SUFFIX: &str = "/tfwasm_read";
 pub const VALUE_SUFFIX: &str = "/tfwasm_value";
 
-/// The outcome of [`assign_updates`].
-#[derive(Debug)]
-pub struct Updates {
-    /// The rewritten graph (the input, unchanged, when nothing changed).
-    pub graph: Vec<u8>,
-    /// Names of the updates rewritten.
-    pub rewritten: Vec<String>,
-}
-
 /// Rewrites every float32 `AssignAddVariableOp` / `AssignSubVariableOp` on
 /// a device of type `device_type` in `graph` (a serialized GraphDef) as an
 /// `AssignVariableOp` of the variable's value plus (minus) the update.
 ///
 /// Errors when the GraphDef or a NodeDef is not valid wire format.
-pub fn assign_updates(graph: &[u8], device_type: &str) -> Result<Updates, GraphError> {
+pub fn assign_updates(graph: &[u8], device_type: &str) -> Result<Rewritten, GraphError> {
     rewrite_as_assignments(graph, device_type, |fields| {
         let combine: &[u8] = match fields.op {
             b"AssignAddVariableOp" => b"AddV2",
@@ -97,7 +88,7 @@ pub fn assign_updates(graph: &[u8], device_type: &str) -> Result<Updates, GraphE
 /// made placement fail outright. The rewrite computes the same sums, in the
 /// same order, on a copy of the whole variable (one pass over it per
 /// update, where TensorFlow's kernel touches only the indexed rows).
-pub fn scatter_updates(graph: &[u8], device_type: &str) -> Result<Updates, GraphError> {
+pub fn scatter_updates(graph: &[u8], device_type: &str) -> Result<Rewritten, GraphError> {
     rewrite_as_assignments(graph, device_type, |fields| {
         let apply = match fields.op {
             b"ResourceScatterAdd" => scatter::ADD_OP,
@@ -142,17 +133,13 @@ fn rewrite_as_assignments<'g>(
     graph: &'g [u8],
     device_type: &str,
     plan: impl Fn(&NodeFields<'g>) -> Option<Rewrite<'g>>,
-) -> Result<Updates, GraphError> {
-    let nodes = node_defs(graph)
-        .map(|node| {
-            node.and_then(|(node, at)| NodeFields::read(node).map(|fields| (node, fields)).map_err(|e| e.at(at)))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut names: HashSet<Vec<u8>> = nodes.iter().map(|(_, fields)| fields.name.to_vec()).collect();
+) -> Result<Rewritten, GraphError> {
+    let (raw, nodes) = read_node_fields(graph)?;
+    let mut names: HashSet<Vec<u8>> = nodes.iter().map(|fields| fields.name.to_vec()).collect();
 
     let mut edits: Vec<NodeEdit> = nodes.iter().map(|_| NodeEdit::Keep).collect();
     let mut rewritten = Vec::new();
-    for (index, (node, fields)) in nodes.iter().enumerate() {
+    for (index, (node, fields)) in raw.iter().zip(&nodes).enumerate() {
         if !placed_on(fields.device, device_type) {
             continue;
         }
@@ -181,10 +168,7 @@ fn rewrite_as_assignments<'g>(
         names.insert(read);
         names.insert(value);
     }
-    if rewritten.is_empty() {
-        return Ok(Updates { graph: graph.to_vec(), rewritten });
-    }
-    Ok(Updates { graph: edit_nodes(graph, &edits)?, rewritten })
+    Rewritten::from_edits(graph, &edits, rewritten)
 }
 
 /// A NodeDef with one `type` attribute.
@@ -291,7 +275,7 @@ mod tests {
         ];
         let input = graph(&nodes);
         let updates = assign_updates(&input, "WASM").unwrap();
-        assert_eq!(updates.rewritten, ["m_update", "w_update"]);
+        assert_eq!(updates.nodes, ["m_update", "w_update"]);
         let out = decode(&updates.graph);
         let names: Vec<_> = out.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(
@@ -331,7 +315,7 @@ mod tests {
         assert!(updates.graph.ends_with(&input[input.len() - TRAILER..]));
         // A second run finds nothing to do.
         let again = assign_updates(&updates.graph, "WASM").unwrap();
-        assert!(again.rewritten.is_empty());
+        assert!(again.nodes.is_empty());
         assert_eq!(again.graph, updates.graph);
     }
 
@@ -347,7 +331,7 @@ mod tests {
         for (case, node) in cases {
             let input = graph(&[node]);
             let updates = assign_updates(&input, "WASM").unwrap();
-            assert!(updates.rewritten.is_empty(), "{case}");
+            assert!(updates.nodes.is_empty(), "{case}");
             assert_eq!(updates.graph, input, "{case}");
         }
         // A taken name leaves that update alone.
@@ -403,7 +387,7 @@ mod tests {
         ];
         let input = graph(&nodes);
         let scattered = scatter_updates(&input, "WASM").unwrap();
-        assert_eq!(scattered.rewritten, ["emb/sub", "emb/add"]);
+        assert_eq!(scattered.nodes, ["emb/sub", "emb/add"]);
         let out = decode(&scattered.graph);
         let names: Vec<_> = out.iter().map(|n| (n.name.as_str(), n.op.as_str())).collect();
         assert_eq!(
@@ -434,7 +418,7 @@ mod tests {
         assert_eq!(out[5].inputs, ["table:0", "emb/add/tfwasm_value"]);
         assert!(out.iter().all(|n| n.device == WASM0));
         // A second run finds nothing to do.
-        assert!(scatter_updates(&scattered.graph, "WASM").unwrap().rewritten.is_empty());
+        assert!(scatter_updates(&scattered.graph, "WASM").unwrap().nodes.is_empty());
     }
 
     #[test]
@@ -449,7 +433,7 @@ mod tests {
         for (case, node) in cases {
             let input = graph(&[node]);
             let scattered = scatter_updates(&input, "WASM").unwrap();
-            assert!(scattered.rewritten.is_empty(), "{case}");
+            assert!(scattered.nodes.is_empty(), "{case}");
             assert_eq!(scattered.graph, input, "{case}");
         }
     }

@@ -15,24 +15,13 @@
 //! The frame ops have CPU kernels for `variant`; TensorFlow partitions a
 //! frame that spans devices as it does when soft placement splits one.
 
-use super::schema::{
-    edit_nodes, index_by_name, input_source, read_node_fields, NodeEdit, NodeFields, DT_VARIANT, NODE_DEVICE,
-};
+use super::schema::{index_by_name, input_source, read_node_fields, NodeEdit, NodeFields, DT_VARIANT, NODE_DEVICE};
 use super::wire;
 use super::xla::placed_on;
-use super::{GraphError, Preserve};
+use super::{GraphError, Preserve, Rewritten};
 
 /// The ops that only carry a value through a loop (and `Identity`).
 const FRAME: [&[u8]; 6] = [b"Enter", b"Exit", b"Merge", b"Switch", b"NextIteration", b"Identity"];
-
-/// The outcome of [`carry_on_cpu`].
-#[derive(Debug)]
-pub struct Moved {
-    /// The graph; byte for byte the input when `nodes` is empty.
-    pub graph: Vec<u8>,
-    /// Names of the nodes moved to the CPU.
-    pub nodes: Vec<String>,
-}
 
 /// Moves to the CPU of each `variant` `AddN` on a CPU the `variant` frame
 /// ops on `device_type` connected to it through data edges of frame ops.
@@ -40,9 +29,18 @@ pub struct Moved {
 ///
 /// Errors when the GraphDef or a NodeDef is not valid wire format. A graph
 /// with two nodes of one name is returned unchanged.
-pub fn carry_on_cpu(graph: &[u8], device_type: &str, preserve: Preserve<'_>) -> Result<Moved, GraphError> {
-    let unchanged = || Moved { graph: graph.to_vec(), nodes: Vec::new() };
+pub fn carry_on_cpu(graph: &[u8], device_type: &str, preserve: Preserve<'_>) -> Result<Rewritten, GraphError> {
+    let unchanged = || Rewritten { graph: graph.to_vec(), nodes: Vec::new() };
     let (raw, nodes) = read_node_fields(graph)?;
+    let seeds: Vec<usize> = (0..nodes.len())
+        .filter(|&i| {
+            let node = &nodes[i];
+            node.op == b"AddN" && node.type_attr(b"T") == Some(DT_VARIANT) && placed_on(node.device, "CPU")
+        })
+        .collect();
+    if seeds.is_empty() {
+        return Ok(unchanged());
+    }
     let Some(by_name) = index_by_name(&nodes, |node| node.name) else { return Ok(unchanged()) };
     // Data edges both ways: each node's producers and consumers.
     let mut neighbours: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
@@ -61,22 +59,16 @@ pub fn carry_on_cpu(graph: &[u8], device_type: &str, preserve: Preserve<'_>) -> 
             && !preserve(node.name)
     };
     let mut target: Vec<Option<&[u8]>> = vec![None; nodes.len()];
-    for (seed, node) in nodes.iter().enumerate() {
-        if node.op != b"AddN" || node.type_attr(b"T") != Some(DT_VARIANT) || !placed_on(node.device, "CPU") {
-            continue;
-        }
+    for seed in seeds {
         let mut stack = vec![seed];
         while let Some(at) = stack.pop() {
             for &next in &neighbours[at] {
                 if target[next].is_none() && carries(&nodes[next]) {
-                    target[next] = Some(node.device);
+                    target[next] = Some(nodes[seed].device);
                     stack.push(next);
                 }
             }
         }
-    }
-    if target.iter().all(Option::is_none) {
-        return Ok(unchanged());
     }
     let mut moved = Vec::new();
     let mut edits = Vec::with_capacity(nodes.len());
@@ -89,7 +81,7 @@ pub fn carry_on_cpu(graph: &[u8], device_type: &str, preserve: Preserve<'_>) -> 
             }
         }
     }
-    Ok(Moved { graph: edit_nodes(graph, &edits)?, nodes: moved })
+    Rewritten::from_edits(graph, &edits, moved)
 }
 
 /// `node` with its device field set to `device`.

@@ -21,26 +21,18 @@
 
 use super::schema::{attr_value, node_defs, NodeFields, ATTR_VALUE_B};
 use super::wire::{self, Value};
-use super::GraphError;
+use super::{GraphError, Rewritten};
 
 /// The attribute TensorFlow sets on calls of `jit_compile=True` functions.
 pub const XLA_MUST_COMPILE: &[u8] = b"_XlaMustCompile";
 
-/// The outcome of [`clear_must_compile`].
-#[derive(Debug)]
-pub struct Cleared {
-    /// The graph, identical to the input except the cleared flags.
-    pub graph: Vec<u8>,
-    /// Names of the nodes whose flag was cleared.
-    pub nodes: Vec<String>,
-}
-
 /// Sets `_XlaMustCompile` to false on every node of `graph` (a serialized
-/// GraphDef) placed on a device of type `device_type`.
+/// GraphDef) placed on a device of type `device_type`. The graph keeps its
+/// length: each flag is patched in place; `nodes` names the nodes patched.
 ///
 /// Errors when the GraphDef, a NodeDef or an attribute it has to read is not
 /// valid wire format (TensorFlow then keeps its graph).
-pub fn clear_must_compile(graph: &[u8], device_type: &str) -> Result<Cleared, GraphError> {
+pub fn clear_must_compile(graph: &[u8], device_type: &str) -> Result<Rewritten, GraphError> {
     let mut flags = Vec::new();
     let mut nodes = Vec::new();
     for node in node_defs(graph) {
@@ -58,7 +50,7 @@ pub fn clear_must_compile(graph: &[u8], device_type: &str) -> Result<Cleared, Gr
         graph[range.start..last].fill(0x80);
         graph[last] = 0;
     }
-    Ok(Cleared { graph, nodes })
+    Ok(Rewritten { graph, nodes })
 }
 
 struct NodeFlags {
