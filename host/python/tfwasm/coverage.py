@@ -114,7 +114,7 @@ class Coverage:
             if "placer.cc" in line:
                 # The same placement is printed to stdout and logged; count the log line only.
                 key = (m.group("op"), short_device(m.group("device")))
-                counter = self.pipeline if self.in_pipeline else self.nodes
+                counter = self.placing()
                 counter[key] += 1
                 thread = self.thread(line)
                 self.placed.setdefault(thread, {})[m.group("node")] = (counter, key)
@@ -127,7 +127,7 @@ class Coverage:
                 return True  # the twin of the placement-log line just counted
             key = (m.group("op"), short_device(m.group("device")))
             placed = self.placed.setdefault(thread, {})
-            counter = self.pipeline if self.in_pipeline else self.nodes
+            counter = self.placing()
             if node in placed:
                 counter, old = placed[node]
                 counter[old] -= 1
@@ -137,6 +137,10 @@ class Coverage:
             placed[node] = (counter, key)
             return True
         return False
+
+    def placing(self) -> Counter:
+        """The counter the nodes placed now go to."""
+        return self.pipeline if self.in_pipeline else self.nodes
 
     @staticmethod
     def thread(line: str) -> str:
