@@ -4,7 +4,7 @@ Plain Keras 3, nothing tfwasm-specific: the point is that a user's program
 runs unchanged. Used as a script (one training run, results as JSON on the
 last line of stdout) and as a module (the benchmarks build the same models).
 
-    python keras_models.py --model mlp|cnn|separable|rnn|transformer|embedding [--epochs 3]
+    python keras_models.py --model mlp|cnn|separable|dilated|rnn|transformer|embedding|masked|sequence [--epochs 3]
                            [--jit false|default] [--optimizer adam|sgd|rmsprop|...]
 
 Placement is left to TensorFlow, which puts every op with a WASM kernel on
@@ -42,8 +42,9 @@ def data(model: str):
         # Token sequences; the class is the most frequent of five token bands.
         x = rng.integers(0, TOKENS, (SAMPLES, 16)).astype(np.int32)
         y = np.array([np.bincount(row * 5 // TOKENS, minlength=5).argmax() for row in x], np.int64)
-    elif model == "embedding":
-        # Token sequences, labelled by whether low tokens outnumber high ones.
+    elif model in ("embedding", "masked"):
+        # Token sequences (0 among them: padding to the masked model),
+        # labelled by whether low tokens outnumber high ones.
         x = rng.integers(0, VOCAB, size=(SAMPLES, SEQUENCE)).astype(np.int64)
         y = ((x < VOCAB // 2).sum(axis=1) > SEQUENCE // 2).astype(np.float32)
     elif model == "rnn":
@@ -100,6 +101,29 @@ def build(model: str):
         # A recurrence: TensorFlow runs it as a while loop whose state it
         # copies within the device between steps.
         net = keras.Sequential([keras.Input((12, 4)), layers.SimpleRNN(16), layers.Dense(10)])
+    elif model == "masked":
+        # A padded sequence: Embedding(mask_zero=True) hands the recurrent
+        # layers a bool mask, which both directions of a Bidirectional GRU
+        # transpose, reverse, tile and concatenate (bool data movement).
+        net = keras.Sequential([
+            keras.Input((SEQUENCE,), dtype="int64"),
+            layers.Embedding(VOCAB, 8, mask_zero=True),
+            layers.Bidirectional(layers.GRU(8)),
+            layers.Dense(1, activation="sigmoid"),
+        ])
+    elif model == "dilated":
+        # Dilated convolutions, which TensorFlow runs between
+        # SpaceToBatchND and BatchToSpaceND: a 2-D one, then a causal 1-D
+        # one over the rows.
+        net = keras.Sequential([
+            keras.Input((28, 28, 1)),
+            layers.Conv2D(8, 3, dilation_rate=2, activation="relu", padding="same"),
+            layers.MaxPooling2D(),
+            layers.Reshape((14, 14 * 8)),
+            layers.Conv1D(16, 3, dilation_rate=3, activation="relu", padding="causal"),
+            layers.GlobalAveragePooling1D(),
+            layers.Dense(10),
+        ])
     elif model == "separable":
         # Depthwise convolutions (DepthwiseConv2dNative and both backprops):
         # one multiplier per channel, then 2 per channel with a stride.
@@ -130,7 +154,7 @@ def compile_model(net, jit_compile, model="mlp", optimizer="adam"):
     import keras
 
     kwargs = {} if jit_compile == "default" else {"jit_compile": jit_compile}
-    if model == "embedding":
+    if model in ("embedding", "masked"):
         loss = "binary_crossentropy"
     else:
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -139,7 +163,7 @@ def compile_model(net, jit_compile, model="mlp", optimizer="adam"):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn", "separable", "rnn", "transformer", "embedding", "sequence"], required=True)
+    parser.add_argument("--model", choices=["mlp", "cnn", "separable", "dilated", "rnn", "transformer", "embedding", "masked", "sequence"], required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--jit", choices=["false", "default"], default="false")
     parser.add_argument("--optimizer", default="adam", help="a Keras optimizer name")

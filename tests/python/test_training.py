@@ -165,6 +165,31 @@ def test_recurrent_training_matches_cpu(tmp_path, cpu_policy):
     assert_ran_on_wasm(coverage, {"TensorListGetItem", "TensorListSetItem", "TensorListStack", "MatMul", "Tanh", "TanhGrad"}, "rnn")
 
 
+def test_dilated_convolutions_train_on_wasm(tmp_path, cpu_policy):
+    """Conv2D and causal Conv1D with `dilation_rate` > 1, which TensorFlow
+    runs as plain convolutions between SpaceToBatchND and BatchToSpaceND
+    (each the other's gradient): the losses match the CPU's and every
+    compute node runs on WASM, the two reshuffles included."""
+    wasm, cpu, coverage = train_on_both(["--model", "dilated"], "dilated", tmp_path, cpu_policy)
+    assert_same_training(wasm, cpu, LOSS_RTOL, "dilated")
+    assert_all_on_wasm(coverage, "dilated")
+    assert_ran_on_wasm(coverage, {"SpaceToBatchND", "BatchToSpaceND", "Conv2D", "Conv2DBackpropFilter"}, "dilated")
+
+
+def test_masked_recurrence_moves_its_mask_on_wasm(tmp_path, cpu_policy):
+    """Embedding(mask_zero=True) → Bidirectional(GRU): the bool mask is
+    transposed, reversed (the backward direction), tiled and concatenated
+    on WASM. What stays on the CPU: the mask's own TensorList (TensorFlow
+    has no device kernels for bool lists, and no C-API kernel can make a
+    list), the gradient loop's variant AddN and ZerosLike, and the
+    orthogonal initializer."""
+    wasm, cpu, coverage = train_on_both(["--model", "masked"], "masked", tmp_path, cpu_policy)
+    assert_same_training(wasm, cpu, LOSS_RTOL, "masked")
+    cpu_only = {"AddN", "ZerosLike", "Qr", "MatrixDiagPartV3", "TensorListFromTensor", "TensorListGetItem", "TensorListPopBack"}
+    assert_all_on_wasm(coverage, "masked", allowed=frozenset(cpu_only), min_nodes=200)
+    assert_ran_on_wasm(coverage, {"Transpose", "ReverseV2", "Tile", "ConcatV2", "SelectV2", "MatMul"}, "masked")
+
+
 def test_embedding_training_matches_cpu_and_keeps_its_ops_on_wasm(tmp_path, cpu_policy):
     """Embedding → GlobalAveragePooling1D → Dense(1, sigmoid) with binary
     cross-entropy and Adam: the losses match the CPU's, and the ops this

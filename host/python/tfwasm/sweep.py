@@ -16,7 +16,9 @@ fails rather than quietly running on CPU), and checks
 Ops registered for float16/bfloat16 too (Keras' mixed precision) run
 each of their float32 cases again with the ``T`` inputs in each narrow
 type, within a tolerance widened by the narrow type's precision (see
-``narrow_tolerance``).
+``narrow_tolerance``). Ops that only move elements and are registered
+for float64, int64, uint8, uint64 or bool too run them again in each of
+those, exactly (see ``MOVED_TYPES``).
 
 It prints one row per case: op, dtype, input shapes, max abs error, and
 pass/FAIL, then a summary. A registered op with no case here is a
@@ -222,6 +224,10 @@ def cast_cases(tf, rng):
         Case({"x": ints(rng, (7, 13), -100, 100, np.int64), "DstT": tf.float32}),
         Case({"x": ints(rng, (7, 13), -100, 100, np.int32), "DstT": tf.float32}),
         Case({"x": boolean(rng, (7, 13)), "DstT": tf.float32}),
+        Case({"x": ints(rng, (7, 13), 0, 256, np.uint8), "DstT": tf.float32}),
+        # float64 → float32: ties, overflow to infinity, subnormals, NaN.
+        Case({"x": np.array([1 + 2**-24, 1 + 3 * 2**-24, 3.5e38, -1e300, 1e-40, 1e-50, np.nan, -0.0, 0.1], np.float64), "DstT": tf.float32}),
+        Case({"x": rng.standard_normal((7, 13)), "DstT": tf.float32}),
         Case({"x": f32(rng, (0, 3)), "DstT": tf.int64}),
         # Keras' step counter (int32 → int64) and seed state (int64 → int32: the low 32 bits).
         Case({"x": ints(rng, (7, 13), -(2**31), 2**31 - 1, np.int32), "DstT": tf.int64}),
@@ -739,6 +745,45 @@ def reverse_v2_cases(tf, rng):
     return [Case({"tensor": f32(rng, s), "axis": np.array(a, t)}) for s, a in cases for t in (np.int32, np.int64)]
 
 
+#: (input shape, block_shape, paddings): one, two and three blocked
+#: dimensions, padding on either side, a dimension left whole (block 1),
+#: 0-size batches, 1×1, primes, and no blocked dimension at all.
+SPACE_BATCH = [
+    ((2, 4, 4, 3), [2, 2], [[0, 0], [0, 0]]),
+    ((1, 5, 7, 2), [2, 3], [[1, 0], [2, 0]]),
+    ((3, 6, 1), [3], [[0, 0]]),
+    ((2, 8, 3), [4], [[2, 2]]),
+    ((0, 4, 4, 1), [2, 2], [[0, 0], [0, 0]]),
+    ((2, 3, 5, 2, 2), [1, 2], [[0, 1], [1, 0]]),
+    ((1, 1, 1, 1), [1, 1], [[0, 0], [0, 0]]),
+    ((1, 1, 1), [2], [[1, 0]]),
+    ((2, 3), [], np.zeros((0, 2), np.int64)),
+    ((1, 7, 11, 13), [2, 2], [[1, 0], [0, 1]]),
+    ((2, 3, 4, 5, 2), [2, 2, 3], [[1, 0], [0, 0], [1, 0]]),
+    ((4, 31, 32, 16), [2, 2], [[2, 1], [2, 2]]),
+]
+
+
+def space_to_batch_cases(tf, rng):
+    out = []
+    for i, (shape, block, pads) in enumerate(SPACE_BATCH):
+        t, u = (np.int32, np.int64) if i % 2 else (np.int64, np.int32)
+        out.append(Case({"input": f32(rng, shape), "block_shape": np.array(block, t), "paddings": np.array(pads, u).reshape(-1, 2)}))
+    return out
+
+
+def batch_to_space_cases(tf, rng):
+    """The inverse cases: each SpaceToBatchND output shape, cropped by the same amounts."""
+    out = []
+    for i, (shape, block, pads) in enumerate(SPACE_BATCH):
+        pads = np.array(pads, np.int64).reshape(-1, 2)
+        padded = [shape[1 + j] + pads[j].sum() for j in range(len(block))]
+        batched = (shape[0] * int(np.prod(block)), *[p // b for p, b in zip(padded, block)], *shape[1 + len(block):])
+        t, u = (np.int32, np.int64) if i % 2 else (np.int64, np.int32)
+        out.append(Case({"input": f32(rng, batched), "block_shape": np.array(block, t), "crops": pads.astype(u)}))
+    return out
+
+
 def one_hot_cases(tf, rng):
     out = []
     for ishape, depth, axis in [((5,), 4, -1), ((2, 3), 7, -1), ((2, 3), 5, 0), ((0,), 3, -1), ((64,), 10, -1)]:
@@ -1000,6 +1045,8 @@ SPECS: dict[str, Spec] = {
     "UnsortedSegmentSum": Spec(unsorted_segment_sum_cases, EXACT),
     "ReverseV2": Spec(reverse_v2_cases, EXACT),
     "OneHot": Spec(one_hot_cases, EXACT),
+    "SpaceToBatchND": Spec(space_to_batch_cases, EXACT),
+    "BatchToSpaceND": Spec(batch_to_space_cases, EXACT),
     "AddN": Spec(add_n_cases, REDUCTION),
     "BroadcastTo": Spec(broadcast_to_cases, EXACT),
     "Squeeze": Spec(squeeze_cases, EXACT),
@@ -1087,23 +1134,24 @@ def narrow_tolerance(tol: tuple[float, float], dtype: str) -> tuple[float, float
     return (rtol + NARROW_ULP[dtype], max(atol, FLOAT16_TINY))
 
 
-def narrow_cases(tf, op: str, cases: list[Case]) -> list[tuple[str, Case]]:
+def retyped_cases(tf, op: str, cases: list[Case], types: dict[str, Callable]) -> list[tuple[str, Case]]:
     """Each float32 case again with its ``T``-typed (``Tparams`` for a
-    gather) inputs in float16 and in bfloat16 (the other inputs, e.g. batch
-    norm's float32 ``U`` ones, stay). A case with such an input that is not
-    float32 data is left out."""
+    gather) inputs converted by each of ``types`` (type name → converter of
+    a float32 array); the other inputs (e.g. batch norm's float32 ``U``
+    ones) stay. A case with such an input that is not float32 data is left
+    out."""
     import inspect
 
     from tensorflow.python.framework import op_def_registry
 
     inputs = op_def_registry.get(op).input_arg
-    attr = "Tparams" if any(a.type_attr == "Tparams" for a in inputs) else "T"
+    attr = data_attr(op)
     # raw_ops take the inputs first, in the OpDef's order, under Python names
     # that may differ (`Select`'s `t`, `e` are `x`, `y`).
     names = list(inspect.signature(getattr(tf.raw_ops, op)).parameters)
     t_inputs = {names[i] for i, a in enumerate(inputs) if a.type_attr == attr}
     out = []
-    for name, np_type in (("float16", np.float16), ("bfloat16", tf.bfloat16.as_numpy_dtype)):
+    for name, convert in types.items():
         for case in cases:
             args = dict(case.args)
             for key in t_inputs & args.keys():
@@ -1111,11 +1159,44 @@ def narrow_cases(tf, op: str, cases: list[Case]) -> list[tuple[str, Case]]:
                 values = value if isinstance(value, list) else [value]
                 if not all(isinstance(v, (np.ndarray, np.generic)) and v.dtype == np.float32 for v in values):
                     break
-                converted = [np.asarray(v).astype(np_type) for v in values]
+                converted = [convert(np.asarray(v)) for v in values]
                 args[key] = converted if isinstance(value, list) else converted[0]
             else:
                 out.append((name, Case(args, case.compare)))
     return out
+
+
+def data_attr(op: str) -> str:
+    """The type attribute of an op's data inputs: ``T``, or a gather's ``Tparams``."""
+    from tensorflow.python.framework import op_def_registry
+
+    return "Tparams" if any(a.type_attr == "Tparams" for a in op_def_registry.get(op).input_arg) else "T"
+
+
+def narrow_cases(tf, op: str, cases: list[Case]) -> list[tuple[str, Case]]:
+    """Each float32 case again in float16 and in bfloat16."""
+    types = {"float16": np.float16, "bfloat16": tf.bfloat16.as_numpy_dtype}
+    return retyped_cases(tf, op, cases, {name: (lambda x, t=t: x.astype(t)) for name, t in types.items()})
+
+
+#: The other types the kernels that only move elements take (they copy
+#: elements as words of their width), by TensorFlow's name for each, with
+#: how a float32 case's data becomes that type. These cases are checked
+#: exactly against the CPU device's own kernel for the type.
+MOVED_TYPES: dict[str, Callable] = {
+    "double": lambda x: x.astype(np.float64) * np.float64(1 + 2**-40),  # bits float32 lacks
+    "int64": lambda x: (np.round(x) * 2**33).astype(np.int64),  # beyond int32
+    "uint8": lambda x: np.round(np.abs(x) * 40).astype(np.uint8),
+    "uint64": lambda x: (np.round(np.abs(x)) * 2**40).astype(np.uint64),
+    "bool": lambda x: x > 0,
+}
+
+
+def moved_type_cases(tf, op: str, cases: list[Case], registrations: list[dict[str, list[str]]]) -> list[tuple[str, Case]]:
+    """Each float32 case again in each of [`MOVED_TYPES`] registered for the op."""
+    registered = {t for reg in registrations for attr in ("T", "Tparams") for t in reg.get(attr, [])}
+    types = {name: convert for name, convert in MOVED_TYPES.items() if name in registered}
+    return retyped_cases(tf, op, cases, types) if types else []
 
 
 def widen_arg(tf, value):
@@ -1230,8 +1311,11 @@ def sweep(tf, ops: list[str] | None = None, seed: int = 0) -> list[Row]:
             continue
         rng = np.random.default_rng(seed)
         cases = [(None, case) for case in spec.cases(tf, rng)]
+        float_cases = [case for _, case in cases]
         if op != "Cast" and has_narrow_registration(registered[op]):
-            cases += narrow_cases(tf, op, [case for _, case in cases])
+            cases += narrow_cases(tf, op, float_cases)
+        if op != "Cast":
+            cases += [(None, case) for _, case in moved_type_cases(tf, op, float_cases, registered[op])]
         for narrow, case in cases:
             dtype, shapes = describe(case.args)
             try:

@@ -28,6 +28,7 @@
 
 use super::pool;
 use super::shape::{broadcast_shape, element_count, Broadcast, Dims, ShapeDisplay};
+use super::tensor::by_width;
 use super::vmath::in_wide_lanes;
 use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, TfBool};
 use crate::error::Error;
@@ -91,15 +92,19 @@ pub const KERNELS: &[KernelDef] = &[
     compare!("GreaterEqual", BinaryOp::GreaterEqual, types::T_F32),
     KernelDef::new("LogicalAnd", &[], |_| Ok(Box::new(LogicalKernel { op: BinaryOp::LogicalAnd }))),
     KernelDef::new("LogicalOr", &[], |_| Ok(Box::new(LogicalKernel { op: BinaryOp::LogicalOr }))),
-    KernelDef::new("SelectV2", SELECT_V2_TYPES, |_| Ok(Box::new(SelectV2Kernel))),
-    KernelDef::new("Select", types::T_F32, |_| Ok(Box::new(SelectKernel))),
+    KernelDef::new("SelectV2", SELECT_TYPES, |_| Ok(Box::new(SelectV2Kernel))),
+    KernelDef::new("Select", SELECT_TYPES, |_| Ok(Box::new(SelectKernel))),
 ];
 
-/// float32, and int32/int64 for Keras' `ops.take`. TensorFlow 2.21 has no
-/// DEVICE_DEFAULT `SelectV2` kernel for any type (its registry lists none;
-/// `tests/python/test_ops_integer.py` runs an int32 one pinned to WASM), so
-/// registering int32 makes no lookup ambiguous.
-const SELECT_V2_TYPES: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::I32, DType::I64])];
+/// Every type: a select moves elements without reading them, as words of
+/// their width. int32 among them for Keras' `ops.take`; TensorFlow 2.21 has
+/// no DEVICE_DEFAULT `SelectV2` kernel for any type (its registry lists
+/// none; `tests/python/test_ops_integer.py` runs an int32 one pinned to
+/// WASM), so registering int32 makes no lookup ambiguous.
+const SELECT_TYPES: &[(&str, &[DType])] = &[(
+    "T",
+    &[DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32, DType::I64, DType::U8, DType::U64, DType::Bool],
+)];
 
 /// Binds `$f` to the element function of float32 arithmetic op `$op` and
 /// evaluates `$body` (monomorphised per op), or evaluates `$other` for an op
@@ -729,7 +734,7 @@ fn select_condition_shape(c: &[usize], t: &[usize], e: &[usize]) -> Result<Vec<u
     Ok(c.to_vec())
 }
 
-/// [`select`] on the element type of `t`: float32, int32 or int64.
+/// [`select`] on the elements of `t`, as words of their width.
 fn select_typed(
     op: &str,
     plan: &Broadcast3,
@@ -738,43 +743,28 @@ fn select_typed(
     e: &super::Tensor,
     out: &mut super::Tensor,
 ) -> Result<(), Error> {
-    match t.dtype() {
-        DType::F32 => select(op, plan, c.data()?, t.data::<f32>()?, e.data()?, out.data_mut()?),
-        DType::I32 => select(op, plan, c.data()?, t.data::<i32>()?, e.data()?, out.data_mut()?),
-        DType::I64 => select(op, plan, c.data()?, t.data::<i64>()?, e.data()?, out.data_mut()?),
-        other => Err(Error::InvalidArgument(format!("{op}: tfwasm has no {other} kernel"))),
-    }
+    by_width!(t.dtype(), W => select(op, plan, c.data()?, t.words::<W>()?, e.words()?, out.words_mut()?))
 }
 
-/// An element [`select`] picks without a branch: a random condition
+/// A word [`select`] picks without a branch: a random condition
 /// mispredicts every other branch, and the branch-free form vectorises.
-/// float32 picks by its bits, so NaN payloads and -0.0 pass unchanged.
+/// Picking bits passes NaN payloads and -0.0 unchanged.
 trait Pick: Copy + Send + Sync {
     fn pick(condition: TfBool, t: Self, e: Self) -> Self;
 }
 
-impl Pick for i32 {
-    #[inline(always)]
-    fn pick(condition: TfBool, t: i32, e: i32) -> i32 {
-        let mask = -i32::from(condition.get());
-        (t & mask) | (e & !mask)
-    }
+macro_rules! pick_by_mask {
+    ($($word:ty),*) => {$(
+        impl Pick for $word {
+            #[inline(always)]
+            fn pick(condition: TfBool, t: $word, e: $word) -> $word {
+                let mask = <$word>::from(condition.get()).wrapping_neg();
+                (t & mask) | (e & !mask)
+            }
+        }
+    )*};
 }
-
-impl Pick for i64 {
-    #[inline(always)]
-    fn pick(condition: TfBool, t: i64, e: i64) -> i64 {
-        let mask = -i64::from(condition.get());
-        (t & mask) | (e & !mask)
-    }
-}
-
-impl Pick for f32 {
-    #[inline(always)]
-    fn pick(condition: TfBool, t: f32, e: f32) -> f32 {
-        f32::from_bits(i32::pick(condition, t.to_bits() as i32, e.to_bits() as i32) as u32)
-    }
-}
+pick_by_mask!(u8, u16, u32, u64);
 
 /// `out = c ? t : e` over a three-way broadcast.
 fn select<T: Pick>(op: &str, plan: &Broadcast3, c: &[TfBool], t: &[T], e: &[T], out: &mut [T]) -> Result<(), Error> {
@@ -1330,12 +1320,14 @@ mod tests {
         let out = LocalContext::run(&SelectV2Kernel, inputs, &[DType::F32]).unwrap();
         let bits: Vec<u32> = out[0].to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect();
         assert_eq!(bits, [t[0].to_bits(), e[1].to_bits(), t[2].to_bits(), e[3].to_bits(), t[4].to_bits()]);
-        for (t, e) in [(i32::MIN, -1), (i32::MAX, 0)] {
-            assert_eq!((i32::pick(TfBool(1), t, e), i32::pick(TfBool(0), t, e)), (t, e));
+        for (t, e) in [(u32::MAX, 1), (0, u32::MAX), (0x8000_0000, 0x7fff_ffff)] {
+            assert_eq!((u32::pick(TfBool(1), t, e), u32::pick(TfBool(0), t, e)), (t, e));
         }
-        for (t, e) in [(i64::MIN, -1), (i64::MAX, 0)] {
-            assert_eq!((i64::pick(TfBool(3), t, e), i64::pick(TfBool(0), t, e)), (t, e));
+        for (t, e) in [(u64::MAX, 1), (1 << 63, 0)] {
+            assert_eq!((u64::pick(TfBool(3), t, e), u64::pick(TfBool(0), t, e)), (t, e));
         }
+        assert_eq!((u8::pick(TfBool(1), 1, 0), u8::pick(TfBool(0), 1, 0)), (1, 0));
+        assert_eq!((u16::pick(TfBool(7), 0x3c00, 0x8000), u16::pick(TfBool(0), 0x3c00, 0x8000)), (0x3c00, 0x8000));
     }
 
     #[test]
@@ -1496,7 +1488,7 @@ mod tests {
 
     #[test]
     fn kernels_run_through_the_context() {
-        for def in KERNELS.iter().filter(|d| d.types == types::T_F32 && !d.op.starts_with("Select")) {
+        for def in KERNELS.iter().filter(|d| d.types == types::T_F32) {
             let kernel = (def.build)(&NoAttrs).unwrap();
             let inputs = vec![
                 Tensor::from_vec(&[2, 1], vec![3.0f32, -1.0]).unwrap(),

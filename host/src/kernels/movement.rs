@@ -1,9 +1,12 @@
-//! Float32 data movement: Transpose, ConcatV2, Pack, Unpack, Slice,
-//! StridedSlice(Grad), Tile, Pad(V2), Fill, GatherV2 and its gradient
-//! UnsortedSegmentSum, OneHot, AddN, BroadcastTo, ReverseV2 and Snapshot;
-//! bool `Pack`; and int32 `Pack` and `StridedSlice` for shape arithmetic
-//! (every argument in host memory, as on TensorFlow's GPU device, since
-//! their results feed host-side shape arguments).
+//! Data movement: Transpose, ConcatV2, Pack, Unpack, Split(V), Slice,
+//! StridedSlice(Grad), Tile, Pad(V2), Fill, GatherV2, OneHot, BroadcastTo,
+//! ReverseV2, Snapshot, SpaceToBatchND and BatchToSpaceND, in every type
+//! ([`ANY`]: they move elements as words of their width, never reading
+//! them); `ZerosLike`/`OnesLike` for the types `unary` does not compute;
+//! float32 `AddN` and GatherV2's gradient `UnsortedSegmentSum`; and int32
+//! `Pack` and `StridedSlice` for shape arithmetic (every argument in host
+//! memory, as on TensorFlow's GPU device, since their results feed
+//! host-side shape arguments).
 //!
 //! Most of these read a *strided view* of their input: every output element
 //! (in row-major order) comes from `offset + Σ index[i] · step[i]` of the
@@ -22,46 +25,62 @@
 
 use super::pool;
 use super::shape::{element_count, Broadcast, ShapeDisplay};
-use super::{expect_inputs, types, Attrs, DType, Element, FnKernel, Kernel, KernelDef, OpContext, Tensor, TfBool};
+use super::tensor::by_width;
+use super::{expect_inputs, types, Attrs, DType, FnKernel, Kernel, KernelDef, OpContext, Tensor, TfBool};
 use crate::error::Error;
 
+/// Every element type the kernels here that only move elements handle:
+/// they copy words of the element's width ([`Word`]), whatever the type.
+/// int32 is left to the registrations below and to TensorFlow's own
+/// host-memory kernels, as on its GPU device: int32 tensors are mostly
+/// shapes, which TensorFlow reads on the host.
+const ANY: &[DType] =
+    &[DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::U8, DType::U64, DType::Bool];
+const T_ANY: &[(&str, &[DType])] = &[("T", ANY)];
+
 const fn t_idx(index_attr: &'static str) -> [(&'static str, &'static [DType]); 2] {
-    [("T", types::F32), (index_attr, types::INDEX)]
+    [("T", ANY), (index_attr, types::INDEX)]
 }
 
-/// float32, and int32 for the gradient of Keras' `ops.repeat`
+/// Any type, and int32 for the gradient of Keras' `ops.repeat`
 /// (`UpSampling2D`, `RepeatVector`), which transposes int32 indices.
-const TRANSPOSE_TYPES: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::I32]), ("Tperm", types::INDEX)];
+const TRANSPOSE_TYPES: &[(&str, &[DType])] = &[
+    (
+        "T",
+        &[DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::U8, DType::U64, DType::Bool, DType::I32],
+    ),
+    ("Tperm", types::INDEX),
+];
 const TIDX_TYPES: &[(&str, &[DType])] = &t_idx("Tidx");
 const INDEX_TYPES: &[(&str, &[DType])] = &t_idx("Index");
 const TILE_TYPES: &[(&str, &[DType])] = &t_idx("Tmultiples");
 const PAD_TYPES: &[(&str, &[DType])] = &t_idx("Tpaddings");
-/// float32, and bool for Keras' loss scaling (which marks the finite
-/// gradients of an embedding in a tensor of `true`).
-const FILL_TYPES: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::Bool]), ("index_type", types::INDEX)];
+const FILL_TYPES: &[(&str, &[DType])] = &t_idx("index_type");
 const ONEHOT_TYPES: &[(&str, &[DType])] = &t_idx("TI");
 /// int32 shape arithmetic; see the module docs for the host memory.
 const I32_INDEX_TYPES: &[(&str, &[DType])] = &[("T", &[DType::I32]), ("Index", types::INDEX)];
 const T_I32: &[(&str, &[DType])] = &[("T", &[DType::I32])];
-/// Keras packs the bool "is initialized" flags of its variables into one
-/// tensor when a model starts training.
-const T_F32_BOOL: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::Bool])];
+/// [`ANY`] but bool, which TensorFlow's CPU device has no kernel for either.
+const NUMBERS: &[DType] = &[DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::U8, DType::U64];
+const TO_BATCH_TYPES: &[(&str, &[DType])] =
+    &[("T", NUMBERS), ("Tblock_shape", types::INDEX), ("Tpaddings", types::INDEX)];
+const TO_SPACE_TYPES: &[(&str, &[DType])] = &[("T", NUMBERS), ("Tblock_shape", types::INDEX), ("Tcrops", types::INDEX)];
+/// `ZerosLike`/`OnesLike` of the types the float32 arithmetic (`unary`)
+/// does not compute; int32 has TensorFlow's own host-memory kernels.
+const LIKE_TYPES: &[(&str, &[DType])] = &[("T", &[DType::F64, DType::I64, DType::U8, DType::U64, DType::Bool])];
 const SPLITV_TYPES: &[(&str, &[DType])] = &t_idx("Tlen");
-const GATHER_TYPES: &[(&str, &[DType])] =
-    &[("Tparams", types::F32), ("Tindices", types::INDEX), ("Taxis", types::INDEX)];
+const GATHER_TYPES: &[(&str, &[DType])] = &[("Tparams", ANY), ("Tindices", types::INDEX), ("Taxis", types::INDEX)];
 const SEGMENT_TYPES: &[(&str, &[DType])] =
     &[("T", types::F32), ("Tindices", types::INDEX), ("Tnumsegments", types::INDEX)];
 
 pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("Transpose", TRANSPOSE_TYPES, |_| Ok(Box::new(FnKernel(transpose)))).host_memory(&["perm"]),
     KernelDef::new("ConcatV2", TIDX_TYPES, |_| Ok(Box::new(FnKernel(concat_v2)))).host_memory(&["axis"]),
-    KernelDef::new("Pack", T_F32_BOOL, build_pack),
+    KernelDef::new("Pack", T_ANY, build_pack),
     KernelDef::new("Pack", T_I32, build_pack).host_memory(&["values", "output"]),
-    KernelDef::new("Unpack", types::T_F32, build_unpack),
-    KernelDef::new("Split", types::T_F32, |a| {
-        Ok(Box::new(Split { num_split: a.int("num_split")?, sizes_input: false }))
-    })
-    .host_memory(&["split_dim"]),
+    KernelDef::new("Unpack", T_ANY, build_unpack),
+    KernelDef::new("Split", T_ANY, |a| Ok(Box::new(Split { num_split: a.int("num_split")?, sizes_input: false })))
+        .host_memory(&["split_dim"]),
     KernelDef::new("SplitV", SPLITV_TYPES, |a| {
         Ok(Box::new(Split { num_split: a.int("num_split")?, sizes_input: true }))
     })
@@ -90,7 +109,13 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("OneHot", ONEHOT_TYPES, |a| Ok(Box::new(OneHot { axis: a.int("axis")? }))).host_memory(&["depth"]),
     KernelDef::new("AddN", types::T_F32, |_| Ok(Box::new(FnKernel(add_n)))),
     KernelDef::new("BroadcastTo", TIDX_TYPES, |_| Ok(Box::new(FnKernel(broadcast_to)))).host_memory(&["shape"]),
-    KernelDef::new("Snapshot", types::T_F32, |_| Ok(Box::new(FnKernel(snapshot)))),
+    KernelDef::new("SpaceToBatchND", TO_BATCH_TYPES, |_| Ok(Box::new(SpaceBatch { to_batch: true })))
+        .host_memory(&["block_shape", "paddings"]),
+    KernelDef::new("BatchToSpaceND", TO_SPACE_TYPES, |_| Ok(Box::new(SpaceBatch { to_batch: false })))
+        .host_memory(&["block_shape", "crops"]),
+    KernelDef::new("ZerosLike", LIKE_TYPES, |_| Ok(Box::new(FillLike { one: false }))),
+    KernelDef::new("OnesLike", LIKE_TYPES, |_| Ok(Box::new(FillLike { one: true }))),
+    KernelDef::new("Snapshot", T_ANY, |_| Ok(Box::new(FnKernel(snapshot)))),
     KernelDef::new("ReverseV2", TIDX_TYPES, |_| Ok(Box::new(FnKernel(reverse_v2)))).host_memory(&["axis"]),
 ];
 
@@ -261,7 +286,7 @@ impl View {
     }
 
     /// `out[i] = src[element i of the view]`.
-    pub(super) fn gather<T: Element>(&self, src: &[T], out: &mut [T]) -> Result<(), Error> {
+    pub(super) fn gather<T: Copy + Default + Send + Sync>(&self, src: &[T], out: &mut [T]) -> Result<(), Error> {
         self.check_within(src.len())?;
         if out.len() != self.len() {
             return Err(Error::Internal(format!("a view of {} elements gathered into {}", self.len(), out.len())));
@@ -319,7 +344,7 @@ impl View {
     /// lines is read as 16 contiguous values, each output line written as
     /// 16 contiguous values, so no cache line has to survive between the
     /// two halves (power-of-two strides alias in the cache otherwise).
-    fn gather_tiles<T: Element>(&self, src: &[T], q: usize, out: &mut [T]) {
+    fn gather_tiles<T: Copy + Default + Send + Sync>(&self, src: &[T], q: usize, out: &mut [T]) {
         const TILE: usize = 16;
         const MACRO: usize = 64;
         let r = self.dims.len();
@@ -362,7 +387,7 @@ impl View {
     }
 
     /// `dst[element i of the view] = values[i]` (serial).
-    pub(super) fn scatter(&self, values: &[f32], dst: &mut [f32]) -> Result<(), Error> {
+    pub(super) fn scatter<T: Copy>(&self, values: &[T], dst: &mut [T]) -> Result<(), Error> {
         self.check_within(dst.len())?;
         if values.len() != self.len() {
             return Err(Error::Internal(format!("{} values scattered into a view of {}", values.len(), self.len())));
@@ -390,12 +415,17 @@ impl View {
 }
 
 /// Copies `src` into `out` (same length), on the pool when large.
-pub(super) fn copy_all(src: &[f32], out: &mut [f32]) {
+pub(super) fn copy_all<T: Copy + Send + Sync>(src: &[T], out: &mut [T]) {
     par_rows(out, 1, |first, chunk| chunk.copy_from_slice(&src[first..first + chunk.len()]));
 }
 
 fn fill_all<T: Copy + Send + Sync>(out: &mut [T], value: T) {
     par_rows(out, 1, |_, chunk| chunk.fill(value));
+}
+
+/// `out[i] = input[element i of view]`, for any element type.
+fn gather_any(view: &View, input: &Tensor, out: &mut Tensor) -> Result<(), Error> {
+    by_width!(input.dtype(), W => view.gather(input.words::<W>()?, out.words_mut()?))
 }
 
 // ------------------------------------------------------------ Transpose
@@ -426,17 +456,14 @@ fn transpose(ctx: &dyn OpContext) -> Result<(), Error> {
     let steps: Vec<isize> = perm.iter().map(|&p| in_strides[p as usize] as isize).collect();
     let mut out = ctx.allocate_output(0, &out_shape)?;
     let view = View::new(0, &out_shape, &steps);
-    match input.dtype() {
-        DType::I32 => view.gather(input.data::<i32>()?, out.data_mut()?),
-        _ => view.gather(input.data::<f32>()?, out.data_mut()?),
-    }
+    gather_any(&view, &input, &mut out)
 }
 
 // --------------------------------------------------------- Concat / Pack
 
 /// Copies inputs side by side: output row `o` is input 0's row `o`, then
 /// input 1's, … (rows of `row_lens[i]` elements; `outer` rows each).
-fn concat_rows<T: Element>(inputs: &[&[T]], row_lens: &[usize], out: &mut [T]) {
+fn concat_rows<T: Copy + Send + Sync>(inputs: &[&[T]], row_lens: &[usize], out: &mut [T]) {
     let out_row: usize = row_lens.iter().sum();
     par_rows(out, out_row, |first, chunk| {
         for (o, row) in chunk.chunks_exact_mut(out_row).enumerate() {
@@ -507,9 +534,11 @@ fn concat_v2(ctx: &dyn OpContext) -> Result<(), Error> {
     checked_count(OP, &out_shape)?;
     let inner: usize = first[axis + 1..].iter().product();
     let row_lens: Vec<usize> = inputs.iter().map(|t| t.shape()[axis] * inner).collect();
-    let datas: Vec<&[f32]> = inputs.iter().map(|t| t.data::<f32>()).collect::<Result<_, _>>()?;
     let mut out = ctx.allocate_output(0, &out_shape)?;
-    concat_rows(&datas, &row_lens, out.data_mut()?);
+    by_width!(out.dtype(), W => {
+        let datas: Vec<&[W]> = inputs.iter().map(|t| t.words::<W>()).collect::<Result<_, _>>()?;
+        concat_rows(&datas, &row_lens, out.words_mut()?);
+    });
     Ok(())
 }
 
@@ -552,17 +581,11 @@ impl Kernel for Pack {
         checked_count(OP, &out_shape)?;
         let inner: usize = shape[axis..].iter().product();
         let mut out = ctx.allocate_output(0, &out_shape)?;
-        fn pack<T: Element>(inputs: &[Tensor], inner: usize, out: &mut Tensor) -> Result<(), Error> {
-            let datas: Vec<&[T]> = inputs.iter().map(|t| t.data::<T>()).collect::<Result<_, _>>()?;
-            concat_rows(&datas, &vec![inner; datas.len()], out.data_mut()?);
-            Ok(())
-        }
-        match out.dtype() {
-            DType::F32 => pack::<f32>(&inputs, inner, &mut out),
-            DType::I32 => pack::<i32>(&inputs, inner, &mut out),
-            DType::Bool => pack::<TfBool>(&inputs, inner, &mut out),
-            other => Err(invalid(OP, format!("tfwasm has no {other} kernel"))),
-        }
+        by_width!(out.dtype(), W => {
+            let datas: Vec<&[W]> = inputs.iter().map(|t| t.words::<W>()).collect::<Result<_, _>>()?;
+            concat_rows(&datas, &vec![inner; datas.len()], out.words_mut()?);
+        });
+        Ok(())
     }
 }
 
@@ -596,13 +619,12 @@ impl Kernel for Unpack {
         let mut out_shape = shape.to_vec();
         out_shape.remove(axis);
         let inner: usize = shape[axis + 1..].iter().product();
-        let src = input.data::<f32>()?;
         let step = num * inner;
         for i in 0..num {
             let mut out = ctx.allocate_output(i, &out_shape)?;
             let view =
                 View::new((i * inner) as isize, &[out_shape[..axis].iter().product(), inner], &[step as isize, 1]);
-            view.gather(src, out.data_mut()?)?;
+            gather_any(&view, &input, &mut out)?;
         }
         Ok(())
     }
@@ -654,14 +676,13 @@ impl Kernel for Split {
         };
         let outer: usize = shape[..axis].iter().product();
         let inner: usize = shape[axis + 1..].iter().product();
-        let src = input.data::<f32>()?;
         let mut start = 0;
         for (i, &size) in sizes.iter().enumerate() {
             let mut out_shape = shape.to_vec();
             out_shape[axis] = size;
             let mut out = ctx.allocate_output(i, &out_shape)?;
             let view = View::new((start * inner) as isize, &[outer, size * inner], &[(extent * inner) as isize, 1]);
-            view.gather(src, out.data_mut()?)?;
+            gather_any(&view, &input, &mut out)?;
             start += size;
         }
         Ok(())
@@ -748,7 +769,7 @@ fn slice(ctx: &dyn OpContext) -> Result<(), Error> {
     if out.is_empty() {
         return Ok(());
     }
-    View::new(offset as isize, &out_shape, &steps).gather(input.data::<f32>()?, out.data_mut()?)
+    gather_any(&View::new(offset as isize, &out_shape, &steps), &input, &mut out)
 }
 
 // --------------------------------------------------------- StridedSlice
@@ -980,11 +1001,7 @@ impl Kernel for StridedSlice {
             }
             let mut out = ctx.allocate_output(0, &spec.final_shape)?;
             let view = spec.view(&shape);
-            return match first.dtype() {
-                DType::F32 => view.gather(first.data::<f32>()?, out.data_mut()?),
-                DType::I32 => view.gather(first.data::<i32>()?, out.data_mut()?),
-                other => Err(invalid(op, format!("tfwasm has no {other} kernel"))),
-            };
+            return gather_any(&view, &first, &mut out);
         }
         let dy = ctx.input(4)?;
         if dy.shape() != spec.final_shape.as_slice() {
@@ -994,13 +1011,16 @@ impl Kernel for StridedSlice {
             ));
         }
         let mut out = ctx.allocate_output(0, &shape)?;
-        let out_data = out.data_mut()?;
-        if spec.is_identity {
-            copy_all(dy.data()?, out_data);
-            return Ok(());
-        }
-        fill_all(out_data, 0.0);
-        spec.view(&shape).scatter(dy.data()?, out_data)
+        by_width!(dy.dtype(), W => {
+            let out_data = out.words_mut::<W>()?;
+            if spec.is_identity {
+                copy_all(dy.words()?, out_data);
+                return Ok(());
+            }
+            // Zero bits are zero in every element type.
+            fill_all(out_data, 0);
+            spec.view(&shape).scatter(dy.words()?, out_data)
+        })
     }
 }
 
@@ -1030,14 +1050,19 @@ fn tile(ctx: &dyn OpContext) -> Result<(), Error> {
     let out_shape: Vec<usize> = shape.iter().zip(&multiples).map(|(&d, &m)| d.saturating_mul(m as usize)).collect();
     checked_count(OP, &out_shape)?;
     let mut out = ctx.allocate_output(0, &out_shape)?;
-    let out_data = out.data_mut()?;
+    by_width!(input.dtype(), W => tile_words(input.words::<W>()?, shape, &out_shape, out.words_mut()?));
+    Ok(())
+}
+
+/// Tile's copy: `out_data` (of `out_shape`) is `src` (of `shape`) repeated.
+fn tile_words<T: Copy + Send + Sync>(src: &[T], shape: &[usize], out_shape: &[usize], out_data: &mut [T]) {
+    let rank = shape.len();
     if out_data.is_empty() {
-        return Ok(());
+        return;
     }
-    let src = input.data::<f32>()?;
     if rank == 0 {
         out_data[0] = src[0];
-        return Ok(());
+        return;
     }
     let in_row = shape[rank - 1];
     let out_row = out_shape[rank - 1];
@@ -1070,7 +1095,6 @@ fn tile(ctx: &dyn OpContext) -> Result<(), Error> {
             }
         }
     });
-    Ok(())
 }
 
 // ------------------------------------------------------------------ Pad
@@ -1107,9 +1131,9 @@ impl Kernel for Pad {
             if c.len() != 1 || c.rank() != 0 {
                 return Err(invalid(op, format!("constant_values must be a scalar. Got: {}", ShapeDisplay(c.shape()))));
             }
-            c.data::<f32>()?[0]
+            Some(c)
         } else {
-            0.0
+            None
         };
         let pads = paddings.to_i64s()?;
         let mut before = Vec::with_capacity(rank);
@@ -1127,53 +1151,73 @@ impl Kernel for Pad {
             return ctx.forward_input(0, 0);
         }
         let mut out = ctx.allocate_output(0, &out_shape)?;
-        let out_data = out.data_mut()?;
-        let src = input.data::<f32>()?;
-        if out_data.is_empty() {
-            return Ok(());
-        }
-        if src.is_empty() {
-            fill_all(out_data, constant);
-            return Ok(());
-        }
-        // rank ≥ 1 here (a scalar has nothing to pad and was forwarded).
-        let (in_row, out_row, lead) = (shape[rank - 1], out_shape[rank - 1], before[rank - 1]);
-        let outer_out = &out_shape[..rank - 1];
-        let in_strides = strides_of(shape);
-        par_rows(out_data, out_row, |first, chunk| {
-            let mut index = vec![0usize; rank - 1];
-            let mut rest = first;
-            for i in (0..rank - 1).rev() {
-                index[i] = rest % outer_out[i];
-                rest /= outer_out[i];
-            }
-            for row in chunk.chunks_exact_mut(out_row) {
-                let mut at = Some(0usize);
-                for i in 0..rank - 1 {
-                    at = match (at, index[i].checked_sub(before[i])) {
-                        (Some(a), Some(j)) if j < shape[i] => Some(a + j * in_strides[i]),
-                        _ => None,
-                    };
-                }
-                match at {
-                    Some(at) => {
-                        row[..lead].fill(constant);
-                        row[lead..lead + in_row].copy_from_slice(&src[at..at + in_row]);
-                        row[lead + in_row..].fill(constant);
-                    }
-                    None => row.fill(constant),
-                }
-                for i in (0..rank - 1).rev() {
-                    index[i] += 1;
-                    if index[i] < outer_out[i] {
-                        break;
-                    }
-                    index[i] = 0;
-                }
-            }
+        by_width!(input.dtype(), W => {
+            // Pad's constant is zero, whose bits are zero in every type.
+            let constant = match &constant {
+                Some(c) => c.scalar_word::<W>()?,
+                None => 0,
+            };
+            pad_words(input.words::<W>()?, shape, &out_shape, &before, constant, out.words_mut()?);
         });
         Ok(())
     }
+}
+
+/// Pad's copy: `out_data` (of `out_shape`) is `src` (of `shape`) with
+/// `before[i]` elements of `constant` ahead of it in each dimension, and
+/// `constant` after it up to `out_shape`.
+fn pad_words<T: Copy + Send + Sync>(
+    src: &[T],
+    shape: &[usize],
+    out_shape: &[usize],
+    before: &[usize],
+    constant: T,
+    out_data: &mut [T],
+) {
+    let rank = shape.len();
+    if out_data.is_empty() {
+        return;
+    }
+    if src.is_empty() {
+        fill_all(out_data, constant);
+        return;
+    }
+    // rank ≥ 1 here (a scalar has nothing to pad and was forwarded).
+    let (in_row, out_row, lead) = (shape[rank - 1], out_shape[rank - 1], before[rank - 1]);
+    let outer_out = &out_shape[..rank - 1];
+    let in_strides = strides_of(shape);
+    par_rows(out_data, out_row, |first, chunk| {
+        let mut index = vec![0usize; rank - 1];
+        let mut rest = first;
+        for i in (0..rank - 1).rev() {
+            index[i] = rest % outer_out[i];
+            rest /= outer_out[i];
+        }
+        for row in chunk.chunks_exact_mut(out_row) {
+            let mut at = Some(0usize);
+            for i in 0..rank - 1 {
+                at = match (at, index[i].checked_sub(before[i])) {
+                    (Some(a), Some(j)) if j < shape[i] => Some(a + j * in_strides[i]),
+                    _ => None,
+                };
+            }
+            match at {
+                Some(at) => {
+                    row[..lead].fill(constant);
+                    row[lead..lead + in_row].copy_from_slice(&src[at..at + in_row]);
+                    row[lead + in_row..].fill(constant);
+                }
+                None => row.fill(constant),
+            }
+            for i in (0..rank - 1).rev() {
+                index[i] += 1;
+                if index[i] < outer_out[i] {
+                    break;
+                }
+                index[i] = 0;
+            }
+        }
+    });
 }
 
 // ------------------------------------------------------ Fill, Snapshot
@@ -1191,18 +1235,40 @@ fn fill(ctx: &dyn OpContext) -> Result<(), Error> {
     let shape = sizes(OP, "dims", &dims.to_i64s()?)?;
     checked_count(OP, &shape)?;
     let mut out = ctx.allocate_output(0, &shape)?;
-    match value.dtype() {
-        DType::Bool => fill_all(out.data_mut()?, value.data::<TfBool>()?[0]),
-        _ => fill_all(out.data_mut()?, value.data::<f32>()?[0]),
-    }
+    by_width!(value.dtype(), W => fill_all(out.words_mut::<W>()?, value.scalar_word()?));
     Ok(())
+}
+
+/// `ZerosLike`/`OnesLike` for [`LIKE_TYPES`]: a tensor of the input's shape,
+/// all 0 or all 1 in its type.
+struct FillLike {
+    one: bool,
+}
+
+impl Kernel for FillLike {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        let op = if self.one { "OnesLike" } else { "ZerosLike" };
+        expect_inputs(op, ctx, 1)?;
+        let input = ctx.input(0)?;
+        let mut out = ctx.allocate_output(0, input.shape())?;
+        let one = self.one;
+        match out.dtype() {
+            DType::F64 => fill_all(out.data_mut()?, if one { 1.0f64 } else { 0.0 }),
+            DType::I64 => fill_all(out.data_mut()?, i64::from(one)),
+            DType::U8 => fill_all(out.data_mut()?, u8::from(one)),
+            DType::U64 => fill_all(out.data_mut()?, u64::from(one)),
+            DType::Bool => fill_all(out.data_mut()?, TfBool::from(one)),
+            other => return Err(invalid(op, format!("tfwasm has no {other} kernel"))),
+        }
+        Ok(())
+    }
 }
 
 fn snapshot(ctx: &dyn OpContext) -> Result<(), Error> {
     expect_inputs("Snapshot", ctx, 1)?;
     let input = ctx.input(0)?;
     let mut out = ctx.allocate_output(0, input.shape())?;
-    copy_all(input.data()?, out.data_mut()?);
+    by_width!(input.dtype(), W => copy_all(input.words::<W>()?, out.words_mut()?));
     Ok(())
 }
 
@@ -1280,9 +1346,10 @@ impl Kernel for GatherV2 {
         let outer: usize = p_shape[b..axis].iter().product();
         let inner: usize = p_shape[axis + 1..].iter().product();
         let n_idx: usize = i_shape[b..].iter().product();
-        let src = params.data::<f32>()?;
         let mut out = ctx.allocate_output(0, &out_shape)?;
-        let out_data = out.data_mut()?;
+        by_width!(params.dtype(), W => {
+        let src = params.words::<W>()?;
+        let out_data = out.words_mut::<W>()?;
         if out_data.is_empty() {
             return Ok(());
         }
@@ -1305,6 +1372,7 @@ impl Kernel for GatherV2 {
                     bo += 1;
                 }
             }
+        });
         });
         Ok(())
     }
@@ -1450,7 +1518,7 @@ fn reverse_v2(ctx: &dyn OpContext) -> Result<(), Error> {
         }
     }
     let mut out = ctx.allocate_output(0, shape)?;
-    View::new(offset, shape, &steps).gather(input.data::<f32>()?, out.data_mut()?)
+    gather_any(&View::new(offset, shape, &steps), &input, &mut out)
 }
 
 // --------------------------------------------------------------- OneHot
@@ -1490,11 +1558,12 @@ impl Kernel for OneHot {
         let mut out_shape = i_shape.to_vec();
         out_shape.insert(axis, depth);
         checked_count(OP, &out_shape)?;
-        let (on, off) = (on.data::<f32>()?[0], off.data::<f32>()?[0]);
         let index_values = indices.to_i64s()?;
         let suffix: usize = i_shape[axis..].iter().product();
         let mut out = ctx.allocate_output(0, &out_shape)?;
-        let out_data = out.data_mut()?;
+        by_width!(on.dtype(), W => {
+        let (on, off) = (on.scalar_word::<W>()?, off.scalar_word::<W>()?);
+        let out_data = out.words_mut::<W>()?;
         if out_data.is_empty() {
             return Ok(());
         }
@@ -1522,7 +1591,179 @@ impl Kernel for OneHot {
                 }
             }
         });
+        });
         Ok(())
+    }
+}
+
+// ------------------------------------------ SpaceToBatchND, BatchToSpaceND
+
+/// `SpaceToBatchND(input, block_shape, paddings)` and its inverse
+/// `BatchToSpaceND(input, block_shape, crops)`: TensorFlow runs a dilated
+/// convolution (`dilation_rate` > 1 in Keras) as a plain one between the
+/// two. Both relate a *space* tensor `[batch, x_1..x_M, rest…]` to a *batch*
+/// tensor `[count·batch, o_1..o_M, rest…]`, `count` the product of the
+/// `M` block sizes: batch element `k·batch + b` at `o` is space element
+/// `b` at `x_j = o_j·block_j + k_j − before_j`, with `(k_1..k_M)` the
+/// row-major digits of `k` in the block and `before_j` the padding (crop)
+/// ahead of dimension `j`; a position in the padding reads as zero.
+struct SpaceBatch {
+    /// `SpaceToBatchND` (space in, batch out), else `BatchToSpaceND`.
+    to_batch: bool,
+}
+
+/// The shapes and offsets one [`SpaceBatch`] execution moves between.
+struct SpaceBatchPlan {
+    batch: usize,
+    /// Spatial sizes on the space side (`x`) and on the batch side (`o`).
+    space: Vec<usize>,
+    grid: Vec<usize>,
+    blocks: Vec<usize>,
+    before: Vec<usize>,
+    /// Elements per spatial position (the `rest` dimensions).
+    inner: usize,
+    to_batch: bool,
+}
+
+impl Kernel for SpaceBatch {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        let (op, edge) = if self.to_batch { ("SpaceToBatchND", "paddings") } else { ("BatchToSpaceND", "crops") };
+        expect_inputs(op, ctx, 3)?;
+        let (input, block_t, edges_t) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        if block_t.rank() != 1 {
+            return Err(invalid(op, format!("block_shape must be 1-D, got shape {}", ShapeDisplay(block_t.shape()))));
+        }
+        let m = block_t.len();
+        if edges_t.shape() != [m, 2] {
+            return Err(invalid(op, format!("{edge} must have shape [{m}, 2], got {}", ShapeDisplay(edges_t.shape()))));
+        }
+        let shape = input.shape();
+        if shape.len() < m + 1 {
+            return Err(invalid(op, format!("input rank should be >= {}, got shape {}", m + 1, ShapeDisplay(shape))));
+        }
+        let blocks = block_t.to_i64s()?;
+        if let Some(bad) = blocks.iter().find(|&&b| b < 1) {
+            return Err(invalid(op, format!("block_shape must be positive, got {blocks:?} ({bad})")));
+        }
+        let blocks: Vec<usize> = blocks.iter().map(|&b| b as usize).collect();
+        let edges = sizes(op, edge, &edges_t.to_i64s()?)?;
+        let count = blocks
+            .iter()
+            .try_fold(1usize, |n, &b| n.checked_mul(b))
+            .ok_or_else(|| invalid(op, "block too large".into()))?;
+        let mut out_shape = shape.to_vec();
+        let (batch, space, grid) = if self.to_batch {
+            for j in 0..m {
+                let padded = shape[j + 1].saturating_add(edges[2 * j]).saturating_add(edges[2 * j + 1]);
+                if padded % blocks[j] != 0 {
+                    return Err(invalid(
+                        op,
+                        format!("padded_shape[{j}]={padded} is not divisible by block_shape[{j}]={}", blocks[j]),
+                    ));
+                }
+                out_shape[j + 1] = padded / blocks[j];
+            }
+            out_shape[0] = shape[0].saturating_mul(count);
+            (shape[0], shape[1..=m].to_vec(), out_shape[1..=m].to_vec())
+        } else {
+            if shape[0] % count != 0 {
+                return Err(invalid(
+                    op,
+                    format!(
+                        "Input batch dimension ({}) is not divisible by product of block sizes ({count})",
+                        shape[0]
+                    ),
+                ));
+            }
+            for j in 0..m {
+                let (crop_before, crop_after) = (edges[2 * j], edges[2 * j + 1]);
+                let full = shape[j + 1].saturating_mul(blocks[j]);
+                out_shape[j + 1] = full.checked_sub(crop_before).and_then(|n| n.checked_sub(crop_after)).ok_or_else(|| {
+                    invalid(
+                        op,
+                        format!(
+                            "Negative output dimension size caused by too many crops: crops[{j}] = [{crop_before}, {crop_after}] for an input dimension of {} and a block of {}",
+                            shape[j + 1],
+                            blocks[j]
+                        ),
+                    )
+                })?;
+            }
+            out_shape[0] = shape[0] / count;
+            (out_shape[0], out_shape[1..=m].to_vec(), shape[1..=m].to_vec())
+        };
+        checked_count(op, &out_shape)?;
+        let plan = SpaceBatchPlan {
+            batch,
+            space,
+            grid,
+            blocks,
+            before: (0..m).map(|j| edges[2 * j]).collect(),
+            inner: shape[m + 1..].iter().product(),
+            to_batch: self.to_batch,
+        };
+        let mut out = ctx.allocate_output(0, &out_shape)?;
+        by_width!(input.dtype(), W => plan.run(input.words::<W>()?, out.words_mut()?));
+        Ok(())
+    }
+}
+
+impl SpaceBatchPlan {
+    /// Fills `out` from `src`, one row of `inner` elements per position.
+    fn run<T: Copy + Default + Send + Sync>(&self, src: &[T], out: &mut [T]) {
+        let spatial = if self.to_batch { &self.grid } else { &self.space };
+        let positions: usize = spatial.iter().product();
+        par_rows(out, self.inner, |first, chunk| {
+            let mut index = vec![0usize; spatial.len()];
+            for (r, row) in chunk.chunks_exact_mut(self.inner).enumerate() {
+                // Output row → (outer, spatial index), row-major; `positions`
+                // is not 0, or `out` would be empty.
+                let r = first + r;
+                let mut rest = r % positions;
+                for j in (0..spatial.len()).rev() {
+                    index[j] = rest % spatial[j];
+                    rest /= spatial[j];
+                }
+                match self.source_row(r / positions, &index) {
+                    Some(at) => row.copy_from_slice(&src[at * self.inner..(at + 1) * self.inner]),
+                    None => row.fill(T::default()),
+                }
+            }
+        });
+    }
+
+    /// The input row for output row (`outer`, `index`), or `None` where the
+    /// output is padding (zero bits are zero in every type).
+    fn source_row(&self, outer: usize, index: &[usize]) -> Option<usize> {
+        let m = self.blocks.len();
+        if self.to_batch {
+            // outer = k·batch + b and index = o; the input row is (b, x).
+            let mut k = outer / self.batch;
+            let mut at = 0;
+            let mut scale = 1;
+            for j in (0..m).rev() {
+                let digit = k % self.blocks[j];
+                k /= self.blocks[j];
+                let x = (index[j] * self.blocks[j] + digit).checked_sub(self.before[j])?;
+                if x >= self.space[j] {
+                    return None;
+                }
+                at += x * scale;
+                scale *= self.space[j];
+            }
+            Some((outer % self.batch) * scale + at)
+        } else {
+            // outer = b and index = x; the input row is (k·batch + b, o).
+            let (mut k, mut k_scale, mut at, mut scale) = (0, 1, 0, 1);
+            for j in (0..m).rev() {
+                let u = index[j] + self.before[j];
+                at += (u / self.blocks[j]) * scale;
+                scale *= self.grid[j];
+                k += (u % self.blocks[j]) * k_scale;
+                k_scale *= self.blocks[j];
+            }
+            Some((k * self.batch + outer) * scale + at)
+        }
     }
 }
 
@@ -1624,16 +1865,18 @@ fn broadcast_to(ctx: &dyn OpContext) -> Result<(), Error> {
         return ctx.forward_input(0, 0);
     }
     let plan = Broadcast::new(in_shape, &target).map_err(|_| unable())?;
-    let src = input.data::<f32>()?;
     let mut out = ctx.allocate_output(0, &target)?;
-    par_rows(out.data_mut()?, 1, |first, chunk| {
-        plan.for_each_run(first, chunk.len(), |run| {
-            let dst = &mut chunk[run.out - first..run.out - first + run.len];
-            if run.a_step == 0 {
-                dst.fill(src[run.a]);
-            } else {
-                dst.copy_from_slice(&src[run.a..run.a + run.len]);
-            }
+    by_width!(input.dtype(), W => {
+        let src = input.words::<W>()?;
+        par_rows(out.words_mut::<W>()?, 1, |first, chunk| {
+            plan.for_each_run(first, chunk.len(), |run| {
+                let dst = &mut chunk[run.out - first..run.out - first + run.len];
+                if run.a_step == 0 {
+                    dst.fill(src[run.a]);
+                } else {
+                    dst.copy_from_slice(&src[run.a..run.a + run.len]);
+                }
+            });
         });
     });
     Ok(())
@@ -1642,7 +1885,7 @@ fn broadcast_to(ctx: &dyn OpContext) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::LocalContext;
+    use crate::kernels::{Element, LocalContext};
 
     #[test]
     fn split_sizes_infer_one_part_and_reject_the_rest() {
@@ -1729,6 +1972,148 @@ mod tests {
 
     fn ravel(shape: &[usize], index: &[usize]) -> usize {
         shape.iter().zip(index).fold(0, |acc, (&d, &i)| acc * d + i)
+    }
+
+    /// SpaceToBatchND by its definition, walking the *input*: pad, then
+    /// send padded position `p` of batch element `b` to batch element
+    /// `k·batch + b` at `p / block`, `k` the row-major index of `p % block`.
+    fn space_to_batch_reference(
+        shape: &[usize],
+        blocks: &[usize],
+        pads: &[usize],
+        src: &[f32],
+    ) -> (Vec<usize>, Vec<f32>) {
+        let m = blocks.len();
+        let padded: Vec<usize> = (0..m).map(|j| shape[j + 1] + pads[2 * j] + pads[2 * j + 1]).collect();
+        let count: usize = blocks.iter().product();
+        let mut out_shape = vec![shape[0] * count];
+        out_shape.extend((0..m).map(|j| padded[j] / blocks[j]));
+        out_shape.extend_from_slice(&shape[m + 1..]);
+        let inner: usize = shape[m + 1..].iter().product();
+        let mut out = vec![0.0; out_shape.iter().product()];
+        let mut padded_shape = vec![shape[0]];
+        padded_shape.extend_from_slice(&padded);
+        for flat in 0..padded_shape.iter().product::<usize>() {
+            let p = unravel(&padded_shape, flat);
+            let (b, spatial) = (p[0], &p[1..]);
+            let inside: Option<Vec<usize>> =
+                (0..m).map(|j| spatial[j].checked_sub(pads[2 * j]).filter(|&x| x < shape[j + 1])).collect();
+            let k = (0..m).fold(0, |k, j| k * blocks[j] + spatial[j] % blocks[j]);
+            let mut at = vec![k * shape[0] + b];
+            at.extend((0..m).map(|j| spatial[j] / blocks[j]));
+            let o = ravel(&out_shape[..m + 1], &at) * inner;
+            if let Some(x) = inside {
+                let mut ii = vec![b];
+                ii.extend(x);
+                let i = ravel(&shape[..m + 1], &ii) * inner;
+                out[o..o + inner].copy_from_slice(&src[i..i + inner]);
+            }
+        }
+        (out_shape, out)
+    }
+
+    #[test]
+    fn space_to_batch_and_back_match_reference() {
+        let cases: &[(&[usize], &[usize], &[usize])] = &[
+            (&[2, 4, 4, 3], &[2, 2], &[0, 0, 0, 0]),
+            (&[1, 5, 7, 2], &[2, 3], &[1, 0, 2, 0]),
+            (&[3, 6, 1], &[3], &[0, 0]),
+            (&[2, 8, 3], &[4], &[2, 2]),
+            (&[0, 4, 4, 1], &[2, 2], &[0, 0, 0, 0]),
+            (&[2, 3, 5, 2, 2], &[1, 2], &[0, 1, 1, 0]),
+            (&[1, 1, 1], &[2], &[1, 0]),
+            (&[2, 3], &[], &[]),
+            (&[2, 3, 4, 5, 2], &[2, 2, 3], &[1, 0, 0, 0, 1, 0]),
+            (&[3, 37, 41, 5], &[2, 2], &[1, 0, 2, 1]),
+        ];
+        let to_batch = SpaceBatch { to_batch: true };
+        let to_space = SpaceBatch { to_batch: false };
+        for &(shape, blocks, pads) in cases {
+            let input = f32s(shape, 5);
+            let src = input.to_vec::<f32>().unwrap();
+            let block_t = ints(&blocks.iter().map(|&b| b as i64).collect::<Vec<_>>());
+            let pads_t = Tensor::from_vec(&[blocks.len(), 2], pads.iter().map(|&p| p as i64).collect()).unwrap();
+            let (out_shape, out) = run(&to_batch, vec![input, block_t, pads_t]).unwrap();
+            let (want_shape, want) = space_to_batch_reference(shape, blocks, pads, &src);
+            assert_eq!((&out_shape, &out), (&want_shape, &want), "{shape:?} {blocks:?} {pads:?}");
+            // Cropping what was padded gives the input back.
+            let block_t = ints(&blocks.iter().map(|&b| b as i64).collect::<Vec<_>>());
+            let crops_t = Tensor::from_vec(&[blocks.len(), 2], pads.iter().map(|&p| p as i32).collect()).unwrap();
+            let batched = Tensor::from_vec(&out_shape, out).unwrap();
+            let (back_shape, back) = run(&to_space, vec![batched, block_t, crops_t]).unwrap();
+            assert_eq!((back_shape.as_slice(), back), (shape, src), "{shape:?} {blocks:?} {pads:?}");
+        }
+    }
+
+    #[test]
+    fn space_to_batch_checks_its_arguments() {
+        let pads = |v: &[i64]| Tensor::from_vec(&[v.len() / 2, 2], v.to_vec()).unwrap();
+        let to_batch = SpaceBatch { to_batch: true };
+        let to_space = SpaceBatch { to_batch: false };
+        let bad: Vec<(&SpaceBatch, Vec<Tensor>, &str)> = vec![
+            (&to_batch, vec![f32s(&[1, 5, 4, 1], 1), ints(&[2, 2]), pads(&[0, 0, 0, 0])], "not divisible"),
+            (&to_batch, vec![f32s(&[1, 4, 4, 1], 1), ints(&[0, 2]), pads(&[0, 0, 0, 0])], "must be positive"),
+            (&to_batch, vec![f32s(&[1, 4, 4, 1], 1), ints(&[2, 2]), pads(&[0, -1, 0, 0])], "non-negative"),
+            (&to_batch, vec![f32s(&[1, 4, 4, 1], 1), ints(&[2, 2]), pads(&[0, 0])], "must have shape [2, 2]"),
+            (&to_batch, vec![f32s(&[4], 1), ints(&[2, 2]), pads(&[0, 0, 0, 0])], "input rank should be >= 3"),
+            (&to_space, vec![f32s(&[3, 2, 2, 1], 1), ints(&[2, 2]), pads(&[0, 0, 0, 0])], "not divisible by product"),
+            (&to_space, vec![f32s(&[4, 2, 2, 1], 1), ints(&[2, 2]), pads(&[3, 2, 0, 0])], "too many crops"),
+        ];
+        for (kernel, inputs, message) in bad {
+            let error = run(kernel, inputs).unwrap_err().to_string();
+            assert!(error.contains(message), "{error}");
+        }
+    }
+
+    /// The kernels that move elements give the same arrangement for every
+    /// element width as for float32.
+    #[test]
+    fn moves_elements_of_every_width() {
+        fn typed<T: Element>(f: impl Fn(f32) -> T) -> Tensor {
+            // Small whole numbers, which every type holds exactly.
+            let data = f32s(&[2, 3, 5], 9).to_vec::<f32>().unwrap();
+            Tensor::from_vec(&[2, 3, 5], data.into_iter().map(|v| f((v * 4.0).round().abs())).collect()).unwrap()
+        }
+        fn back<T: Element>(t: &Tensor, f: impl Fn(T) -> f32) -> Vec<f32> {
+            t.to_vec::<T>().unwrap().into_iter().map(f).collect()
+        }
+        // A kernel, and its inputs around a fresh data tensor from `data`.
+        type Build = fn(&dyn Fn() -> Tensor) -> Vec<Tensor>;
+        let cases: Vec<(Box<dyn Kernel>, Build)> = vec![
+            (Box::new(FnKernel(transpose)), |data| vec![data(), ints(&[2, 0, 1])]),
+            (Box::new(FnKernel(concat_v2)), |data| vec![data(), data(), scalar_i(1)]),
+            (Box::new(FnKernel(tile)), |data| vec![data(), ints(&[1, 2, 3])]),
+            (Box::new(FnKernel(reverse_v2)), |data| vec![data(), ints(&[0, 2])]),
+            (Box::new(Pad { v2: false }), |data| {
+                vec![data(), Tensor::from_vec(&[3, 2], vec![1i64, 0, 0, 2, 1, 1]).unwrap()]
+            }),
+            (Box::new(GatherV2 { batch_dims: 0 }), |data| vec![data(), ints(&[2, 0, 1, 1]), scalar_i(1)]),
+            (Box::new(SpaceBatch { to_batch: true }), |data| {
+                vec![data(), ints(&[2]), Tensor::from_vec(&[1, 2], vec![1i64, 0]).unwrap()]
+            }),
+        ];
+        for (kernel, build) in cases {
+            let want = LocalContext::run(kernel.as_ref(), build(&|| typed(|v| v)), &[DType::F32]).unwrap();
+            let want = (want[0].shape().to_vec(), want[0].to_vec::<f32>().unwrap());
+            let runs: [(DType, &dyn Fn() -> Tensor); 5] = [
+                (DType::U8, &|| typed(|v| v as u8)),
+                (DType::Bool, &|| typed(|v| TfBool(v as u8))),
+                (DType::F16, &|| typed(half::f16::from_f32)),
+                (DType::F64, &|| typed(f64::from)),
+                (DType::I64, &|| typed(|v| v as i64)),
+            ];
+            for (dtype, data) in runs {
+                let got = LocalContext::run(kernel.as_ref(), build(data), &[dtype]).unwrap();
+                let values = match dtype {
+                    DType::U8 => back(&got[0], |v: u8| f32::from(v)),
+                    DType::Bool => back(&got[0], |v: TfBool| f32::from(v.0)),
+                    DType::F16 => back(&got[0], half::f16::to_f32),
+                    DType::F64 => back(&got[0], |v: f64| v as f32),
+                    _ => back(&got[0], |v: i64| v as f32),
+                };
+                assert_eq!((got[0].shape().to_vec(), values), want, "{dtype}");
+            }
+        }
     }
 
     #[test]

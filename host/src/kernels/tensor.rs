@@ -164,6 +164,52 @@ unsafe impl Element for TfBool {
     const DTYPE: DType = DType::Bool;
 }
 
+/// An unsigned integer as wide as an element, for kernels that only move
+/// elements (transpose, concat, slice, gather, …) and so handle every type
+/// of that width alike: `bool` and `uint8` as `u8`, `float16` as `u16`,
+/// `float32` and `int32` as `u32`, `float64` and `int64` as `u64`.
+///
+/// # Safety
+/// Every bit pattern is a valid `Self`, and `align_of::<Self>()` is at most
+/// the alignment TensorFlow gives any tensor of that element width.
+pub unsafe trait Word: Copy + Default + PartialEq + Send + Sync + fmt::Debug + 'static {}
+
+// SAFETY: plain unsigned integers, aligned to their size, which is the
+// alignment of every element type of that size.
+unsafe impl Word for u8 {}
+// SAFETY: as above.
+unsafe impl Word for u16 {}
+// SAFETY: as above.
+unsafe impl Word for u32 {}
+// SAFETY: as above.
+unsafe impl Word for u64 {}
+
+/// Evaluates `$body` with `$w` the [`Word`] as wide as `$dtype`'s elements.
+macro_rules! by_width {
+    ($dtype:expr, $w:ident => $body:expr) => {
+        match $dtype.size() {
+            1 => {
+                type $w = u8;
+                $body
+            }
+            2 => {
+                type $w = u16;
+                $body
+            }
+            4 => {
+                type $w = u32;
+                $body
+            }
+            8 => {
+                type $w = u64;
+                $body
+            }
+            width => unreachable!("no element type is {width} bytes wide"),
+        }
+    };
+}
+pub(crate) use by_width;
+
 /// One tensor a kernel reads or writes: its type, shape and (borrowed)
 /// bytes. Backed by a TensorFlow handle (released on drop) or, in tests, by
 /// a vector.
@@ -338,6 +384,48 @@ impl Tensor {
             // (`from_raw`'s contract) and `&mut self` makes the slice unique.
             Some(data) => unsafe { std::slice::from_raw_parts_mut(data.as_ptr().cast::<T>(), self.len) },
         })
+    }
+
+    fn check_width<W: Word>(&self) -> Result<(), Error> {
+        if self.dtype.size() == size_of::<W>() {
+            Ok(())
+        } else {
+            Err(Error::Internal(format!("a {} tensor read as {}-byte words", self.dtype, size_of::<W>())))
+        }
+    }
+
+    /// The elements as words of their width, whatever the dtype (see [`Word`]).
+    pub fn words<W: Word>(&self) -> Result<&[W], Error> {
+        self.check_width::<W>()?;
+        Ok(match self.data {
+            None => &[],
+            // SAFETY: per `from_raw`'s contract `data` holds `len` elements
+            // of `W`'s size, aligned for their dtype and so for `W`
+            // (`Word`'s contract), alive as long as `self`; any bits are a `W`.
+            Some(data) => unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<W>(), self.len) },
+        })
+    }
+
+    /// The elements of a fresh output as words of their width, for writing.
+    pub fn words_mut<W: Word>(&mut self) -> Result<&mut [W], Error> {
+        self.check_width::<W>()?;
+        if !self.writable {
+            return Err(Error::Internal("a kernel tried to write one of its inputs".into()));
+        }
+        Ok(match self.data {
+            None => &mut [],
+            // SAFETY: as in `words`; a writable tensor's bytes are ours
+            // alone and `&mut self` makes the slice unique.
+            Some(data) => unsafe { std::slice::from_raw_parts_mut(data.as_ptr().cast::<W>(), self.len) },
+        })
+    }
+
+    /// The single element of a one-element tensor, as a word of its width.
+    pub fn scalar_word<W: Word>(&self) -> Result<W, Error> {
+        match self.words::<W>()? {
+            [value] => Ok(*value),
+            _ => Err(Error::InvalidArgument(format!("expected a scalar, got shape {}", ShapeDisplay(&self.shape)))),
+        }
     }
 
     /// The raw bytes, whatever the dtype (`Bitcast`).
@@ -587,6 +675,29 @@ mod tests {
             // SAFETY: the release only counts.
             (unsafe { Owner::handle(NonNull::dangling(), release) }, &$counter)
         }};
+    }
+
+    #[test]
+    fn words_are_the_elements_bits_and_only_of_their_width() {
+        let values = [1.5f32, -0.0, f32::from_bits(0x7fc0_1234)];
+        let mut tensor = Tensor::from_vec(&[3], values.to_vec()).unwrap();
+        let bits: Vec<u32> = values.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(tensor.words::<u32>().unwrap(), bits.as_slice());
+        assert!(tensor.scalar_word::<u32>().unwrap_err().to_string().contains("expected a scalar"));
+        assert!(tensor.words::<u16>().is_err());
+        assert!(tensor.words::<u64>().is_err());
+        tensor.words_mut::<u32>().unwrap()[1] = 7;
+        assert_eq!(tensor.to_vec::<f32>().unwrap()[1].to_bits(), 7);
+        let flags = Tensor::from_vec(&[], vec![TfBool(1)]).unwrap();
+        assert_eq!(flags.scalar_word::<u8>().unwrap(), 1);
+        assert_eq!(by_width!(DType::F16, W => size_of::<W>()), 2);
+        assert_eq!(by_width!(DType::I64, W => size_of::<W>()), 8);
+        // An input is never writable, as words either.
+        let (owner, _) = counting_owner!(UNUSED);
+        let mut one = [0u8];
+        // SAFETY: one byte that outlives the tensor; the owner only counts.
+        let input = unsafe { Tensor::from_raw(DType::U8, &[1], NonNull::new(one.as_mut_ptr()), false, owner) };
+        assert!(input.unwrap().words_mut::<u8>().is_err());
     }
 
     #[test]

@@ -45,8 +45,12 @@ macro_rules! grad {
     };
 }
 
-const CAST_TO_F32: &[(&str, &[DType])] =
-    &[("SrcT", &[DType::F32, DType::I32, DType::I64, DType::Bool, DType::F16, DType::BF16]), ("DstT", &[DType::F32])];
+/// uint8 among the sources for images (Keras' `Rescaling` of uint8 pixels),
+/// float64 for data handed over in NumPy's default type.
+const CAST_TO_F32: &[(&str, &[DType])] = &[
+    ("SrcT", &[DType::F32, DType::I32, DType::I64, DType::Bool, DType::F16, DType::BF16, DType::U8, DType::F64]),
+    ("DstT", &[DType::F32]),
+];
 const CAST_FROM_F32: &[(&str, &[DType])] =
     &[("SrcT", &[DType::F32]), ("DstT", &[DType::I32, DType::I64, DType::Bool, DType::F16, DType::BF16])];
 /// Mixed precision's other casts: labels to the narrow type (Keras'
@@ -445,15 +449,11 @@ impl CastKernel {
     fn new(attrs: &dyn Attrs) -> Result<Self, Error> {
         let (src, dst) = (attrs.dtype("SrcT")?, attrs.dtype("DstT")?);
         let truncate = attrs.has("Truncate") && attrs.bool("Truncate")?;
-        let supported = matches!(
-            (src, dst),
-            (DType::F32 | DType::I32 | DType::I64 | DType::Bool | DType::F16 | DType::BF16, DType::F32)
-                | (DType::F32, DType::I32 | DType::I64 | DType::Bool | DType::F16 | DType::BF16)
-                | (DType::I32 | DType::I64 | DType::Bool, DType::F16 | DType::BF16)
-                | (DType::F16 | DType::BF16, DType::I32 | DType::I64 | DType::Bool)
-                | (DType::I32, DType::I64 | DType::I32)
-                | (DType::I64, DType::I32)
-        );
+        // The pairs registered above (`SrcT` first, then `DstT`).
+        let supported = KERNELS
+            .iter()
+            .filter(|def| def.op == "Cast")
+            .any(|def| matches!(def.types, [(_, from), (_, to)] if from.contains(&src) && to.contains(&dst)));
         if supported {
             Ok(CastKernel { src, dst, truncate })
         } else {
@@ -555,6 +555,9 @@ impl Kernel for CastKernel {
             (DType::I32, DType::F32) => cast(&x, &mut out, |v: i32| v as f32),
             (DType::I64, DType::F32) => cast(&x, &mut out, |v: i64| v as f32),
             (DType::Bool, DType::F32) => cast(&x, &mut out, |v: TfBool| f32::from(u8::from(v.get()))),
+            (DType::U8, DType::F32) => cast(&x, &mut out, |v: u8| f32::from(v)),
+            // Rounds to nearest, ties to even, as C++'s conversion does.
+            (DType::F64, DType::F32) => cast(&x, &mut out, |v: f64| v as f32),
             (DType::F32, DType::I32) => cast(&x, &mut out, f32_to_i32),
             (DType::F32, DType::I64) => cast(&x, &mut out, f32_to_i64),
             (DType::F32, DType::Bool) => cast(&x, &mut out, |v: f32| TfBool((v != 0.0) as u8)),
@@ -1118,6 +1121,15 @@ mod tests {
             [1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1]
         );
 
+        let pixels = run(DType::U8, DType::F32, Tensor::from_vec(&[3], vec![0u8, 128, 255]).unwrap());
+        assert_eq!(pixels.to_vec::<f32>().unwrap(), [0.0, 128.0, 255.0]);
+        // float64 → float32 rounds to nearest, ties to even; overflow is an
+        // infinity, and a value below float32's subnormals a signed zero.
+        let doubles = vec![1.0 + 2f64.powi(-24), 1.0 + 3.0 * 2f64.powi(-24), 3.5e38, -1e300, -1e-50, 0.1];
+        let narrowed = run(DType::F64, DType::F32, Tensor::from_vec(&[6], doubles).unwrap());
+        let bits: Vec<u32> = narrowed.to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect();
+        let want = [1.0f32, 1.0 + 2f32.powi(-22), f32::INFINITY, f32::NEG_INFINITY, -0.0, 0.1];
+        assert_eq!(bits, want.map(f32::to_bits));
         let f =
             run(DType::I64, DType::F32, Tensor::from_vec(&[3], vec![(1i64 << 53) + 1, -(1i64 << 40) - 3, 7]).unwrap());
         assert_eq!(f.to_vec::<f32>().unwrap(), [9_007_199_254_740_992.0, -1_099_511_627_776.0, 7.0]);
@@ -1172,7 +1184,8 @@ mod tests {
             }
         }
         assert!(CastKernel::new(&CastAttrs(DType::I32, DType::Bool)).is_err());
-        assert!(CastKernel::new(&CastAttrs(DType::F64, DType::F32)).is_err());
+        assert!(CastKernel::new(&CastAttrs(DType::F32, DType::F64)).is_err());
+        assert!(CastKernel::new(&CastAttrs(DType::U8, DType::I32)).is_err());
     }
 
     #[test]
