@@ -4,7 +4,7 @@ Plain Keras 3, nothing tfwasm-specific: the point is that a user's program
 runs unchanged. Used as a script (one training run, results as JSON on the
 last line of stdout) and as a module (the benchmarks build the same models).
 
-    python keras_models.py --model mlp|cnn|separable|dilated|rnn|transformer|embedding|masked|sequence [--epochs 3]
+    python keras_models.py --model mlp|cnn|separable|dilated|upsample|rnn|transformer|embedding|masked|sequence [--epochs 3]
                            [--jit false|default] [--optimizer adam|sgd|rmsprop|...]
 
 Placement is left to TensorFlow, which puts every op with a WASM kernel on
@@ -124,6 +124,20 @@ def build(model: str):
             layers.GlobalAveragePooling1D(),
             layers.Dense(10),
         ])
+    elif model == "upsample":
+        # Bilinear resizing (ResizeBilinear and its gradient), as a
+        # segmentation decoder upsamples: UpSampling2D and Resizing both
+        # call tf.image.resize.
+        net = keras.Sequential([
+            keras.Input((28, 28, 1)),
+            layers.Conv2D(8, 3, activation="relu", padding="same"),
+            layers.MaxPooling2D(),
+            layers.UpSampling2D(interpolation="bilinear"),
+            layers.Resizing(20, 20),
+            layers.Conv2D(8, 3, activation="relu"),
+            layers.GlobalAveragePooling2D(),
+            layers.Dense(10),
+        ])
     elif model == "separable":
         # Depthwise convolutions (DepthwiseConv2dNative and both backprops):
         # one multiplier per channel, then 2 per channel with a stride.
@@ -154,16 +168,19 @@ def compile_model(net, jit_compile, model="mlp", optimizer="adam"):
     import keras
 
     kwargs = {} if jit_compile == "default" else {"jit_compile": jit_compile}
+    metrics = ["accuracy"]
     if model in ("embedding", "masked"):
         loss = "binary_crossentropy"
+        # AUC sums its confusion counts over thresholds (Cumsum).
+        metrics.append(keras.metrics.AUC(name="auc"))
     else:
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    net.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"], **kwargs)
+    net.compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn", "separable", "dilated", "rnn", "transformer", "embedding", "masked", "sequence"], required=True)
+    parser.add_argument("--model", choices=["mlp", "cnn", "separable", "dilated", "upsample", "rnn", "transformer", "embedding", "masked", "sequence"], required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--jit", choices=["false", "default"], default="false")
     parser.add_argument("--optimizer", default="adam", help="a Keras optimizer name")

@@ -176,6 +176,16 @@ def test_dilated_convolutions_train_on_wasm(tmp_path, cpu_policy):
     assert_ran_on_wasm(coverage, {"SpaceToBatchND", "BatchToSpaceND", "Conv2D", "Conv2DBackpropFilter"}, "dilated")
 
 
+def test_bilinear_upsampling_trains_on_wasm(tmp_path, cpu_policy):
+    """UpSampling2D(interpolation="bilinear") and Resizing, as a
+    segmentation decoder upsamples: ResizeBilinear and its gradient run on
+    WASM, and the losses match the CPU's."""
+    wasm, cpu, coverage = train_on_both(["--model", "upsample"], "upsample", tmp_path, cpu_policy)
+    assert_same_training(wasm, cpu, LOSS_RTOL, "upsample")
+    assert_all_on_wasm(coverage, "upsample")
+    assert_ran_on_wasm(coverage, {"ResizeBilinear", "ResizeBilinearGrad"}, "upsample")
+
+
 def test_masked_recurrence_moves_its_mask_on_wasm(tmp_path, cpu_policy):
     """Embedding(mask_zero=True) → Bidirectional(GRU): the bool mask is
     transposed, reversed (the backward direction), tiled and concatenated
@@ -196,9 +206,9 @@ def test_embedding_training_matches_cpu_and_keeps_its_ops_on_wasm(tmp_path, cpu_
     model adds to the others' stay on WASM: Adam densifying the Embedding's
     sparse gradient (UnsortedSegmentSum), the binary cross-entropy from
     logits and its gradient (Select), `ops.take` wrapping negative ids
-    (int64 Less and SelectV2)."""
+    (int64 Less and SelectV2), the AUC metric's running sums (Cumsum)."""
     wasm, cpu, coverage = train_on_both(["--model", "embedding"], "embedding", tmp_path, cpu_policy)
     assert_same_training(wasm, cpu, LOSS_RTOL, "embedding")
 
-    assert_ran_on_wasm(coverage, {"UnsortedSegmentSum", "Select", "SelectV2", "Less"}, "embedding")
+    assert_ran_on_wasm(coverage, {"UnsortedSegmentSum", "Select", "SelectV2", "Less", "Cumsum"}, "embedding")
     assert_all_on_wasm(coverage, "embedding")

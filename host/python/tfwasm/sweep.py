@@ -315,6 +315,45 @@ def prod_ints(rng, shape):
     return ints(rng, shape, -3, 4, np.int32)
 
 
+def scan_cases(tf, rng):
+    """Running sums/products: every axis (negative too), exclusive and
+    reverse, 0-size, a scalar-like 1×1, primes and a large parallel case.
+    Values near 1 keep long products finite."""
+    out = []
+    for shape, axis in [((0, 3), 0), ((1, 1), 1), ((7, 13), 0), ((7, 13), -1), ((3, 5, 17), 1), ((129, 257), 1), ((257, 129), 0), ((5,), 0)]:
+        for exclusive in (False, True):
+            for reverse in (False, True):
+                t = np.int32 if (exclusive ^ reverse) else np.int64
+                out.append(Case({"x": f32(rng, shape, 0.5, 1.5), "axis": t(axis), "exclusive": exclusive, "reverse": reverse}))
+    return out
+
+
+#: (image shape, output size) pairs: up, down, one way each, 1×1 in and
+#: out, primes, an empty batch, and a large parallel case.
+RESIZES = [((2, 4, 4, 3), (8, 8)), ((1, 7, 5, 2), (3, 11)), ((3, 1, 1, 1), (1, 1)), ((1, 1, 1, 4), (5, 3)),
+           ((2, 13, 17, 5), (13, 17)), ((0, 4, 4, 1), (2, 2)), ((1, 9, 9, 3), (4, 4)), ((4, 32, 32, 8), (64, 48))]
+#: (align_corners, half_pixel_centers): legacy, Keras' (`tf.image.resize`), corners.
+RESIZE_MODES = [(False, False), (False, True), (True, False)]
+
+
+def resize_bilinear_cases(tf, rng):
+    out = []
+    for i, (shape, size) in enumerate(RESIZES):
+        for align, half in RESIZE_MODES:
+            images = f32(rng, shape, 0, 255) if i % 2 else ints(rng, shape, 0, 256, np.uint8)
+            out.append(Case({"images": images, "size": np.array(size, np.int32), "align_corners": align, "half_pixel_centers": half}))
+    return out
+
+
+def resize_bilinear_grad_cases(tf, rng):
+    out = []
+    for shape, size in RESIZES:
+        for align, half in RESIZE_MODES:
+            grads = f32(rng, (shape[0], *size, shape[3]))
+            out.append(Case({"grads": grads, "original_image": f32(rng, shape), "align_corners": align, "half_pixel_centers": half}))
+    return out
+
+
 def arg_cases(tf, rng):
     out = []
     for shape, axis in [((7, 13), 0), ((7, 13), 1), ((7, 13), -1), ((1, 1), 0), ((2, 3, 5), 1), ((64, 1031), 1)]:
@@ -1003,6 +1042,12 @@ SPECS: dict[str, Spec] = {
     "Any": Spec(bool_reduce_cases, EXACT),
     "ArgMax": Spec(arg_cases, EXACT),
     "ArgMin": Spec(arg_cases, EXACT),
+    "Cumsum": Spec(scan_cases, EXACT),
+    "ResizeBilinear": Spec(resize_bilinear_cases, EXACT),
+    # Bit-equal but where many outputs land on one input pixel (corners of a
+    # 1-pixel image): TensorFlow sums those in another order.
+    "ResizeBilinearGrad": Spec(resize_bilinear_grad_cases, REDUCTION),
+    "Cumprod": Spec(scan_cases, EXACT),
     # linear algebra and NN
     "MatMul": Spec(matmul_cases, PRODUCT),
     "BatchMatMulV2": Spec(batch_matmul_cases, PRODUCT),

@@ -108,6 +108,8 @@ pub const NARROW: &[(&str, &Constraints)] = &[
     ("Max", T_TIDX),
     ("Min", T_TIDX),
     ("Prod", T_TIDX),
+    ("Cumsum", T_TIDX),
+    ("Cumprod", T_TIDX),
     ("ArgMax", &[("T", types::HALF), ("Tidx", types::INDEX), ("output_type", types::INDEX)]),
     ("ArgMin", &[("T", types::HALF), ("Tidx", types::INDEX), ("output_type", types::INDEX)]),
     ("IsNan", T),

@@ -23,7 +23,8 @@
 //! - [`conv`]: Conv2D, the depthwise convolution and their backprops, pooling
 //!   and its gradients.
 //! - [`batchnorm`]: FusedBatchNormV3 and its gradient.
-//! - [`movement`]: transpose, concat, slice, tile, pad, gather, …
+//! - [`movement`]: transpose, concat, slice, tile, pad, gather, … in every type.
+//! - [`image`]: bilinear resizing and its gradient.
 //! - [`random`]: the stateless random ops Keras initializers and dropout use.
 //! - [`scatter`]: sparse variable updates, as the graph pass rewrites them,
 //!   and `TensorScatterUpdate`.
@@ -43,6 +44,7 @@ pub mod conv;
 pub mod einsum;
 pub mod fused;
 pub mod half;
+pub mod image;
 pub mod matmul;
 pub mod movement;
 pub mod nn;
@@ -184,6 +186,7 @@ pub fn registry() -> Vec<KernelDef> {
         nn::KERNELS,
         conv::KERNELS,
         batchnorm::KERNELS,
+        image::KERNELS,
         movement::KERNELS,
         random::KERNELS,
         scatter::KERNELS,

@@ -160,7 +160,7 @@ fn sizes(op: &str, what: &str, values: &[i64]) -> Result<Vec<usize>, Error> {
         .collect()
 }
 
-fn checked_count(op: &str, shape: &[usize]) -> Result<usize, Error> {
+pub(super) fn checked_count(op: &str, shape: &[usize]) -> Result<usize, Error> {
     element_count(shape)
         .filter(|&n| isize::try_from(n).is_ok())
         .ok_or_else(|| invalid(op, format!("shape {} has too many elements", ShapeDisplay(shape))))

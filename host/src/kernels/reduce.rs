@@ -23,6 +23,10 @@
 //! +inf, 1, true, false); Max/Min propagate NaN. ArgMax/ArgMin return the
 //! first index of the extreme value and skip NaN (as Eigen's tuple reducer
 //! does), and fail on an empty reduced dimension.
+//!
+//! Running sums and products along one axis (`Cumsum`, `Cumprod`, with
+//! `exclusive` and `reverse`) live here too: Keras' `AUC` metric sums its
+//! confusion counts over thresholds with one.
 
 use super::pool;
 use super::shape::{element_count, ShapeDisplay};
@@ -55,6 +59,8 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("Any", TIDX, |a| build(a, ReduceOp::Any)).host_memory(&["reduction_indices"]),
     KernelDef::new("ArgMax", ARG_TYPES, |_| Ok(Box::new(ArgKernel { max: true }))).host_memory(&["dimension"]),
     KernelDef::new("ArgMin", ARG_TYPES, |_| Ok(Box::new(ArgKernel { max: false }))).host_memory(&["dimension"]),
+    KernelDef::new("Cumsum", T_TIDX, |a| Scan::build(a, false)).host_memory(&["axis"]),
+    KernelDef::new("Cumprod", T_TIDX, |a| Scan::build(a, true)).host_memory(&["axis"]),
 ];
 
 /// Below this many input elements a reduction runs on the calling thread.
@@ -719,10 +725,136 @@ fn arg_blocks<I: Element>(
     }
 }
 
+// ------------------------------------------------------- Cumsum, Cumprod
+
+/// `Cumsum`/`Cumprod(x, axis)`: each element is the sum (product) of the
+/// elements before it along `axis`, itself included unless `exclusive`,
+/// counted from the end when `reverse`. Each line is accumulated in order,
+/// one element after another, as TensorFlow's CPU kernel does, so the
+/// results are the same bits; lines side by side (an axis that is not the
+/// last) are accumulated together, a row of `inner` at a time.
+struct Scan {
+    product: bool,
+    exclusive: bool,
+    reverse: bool,
+}
+
+impl Scan {
+    fn build(attrs: &dyn Attrs, product: bool) -> Result<Box<dyn Kernel>, Error> {
+        let flag = |name: &str| -> Result<bool, Error> { Ok(attrs.has(name) && attrs.bool(name)?) };
+        Ok(Box::new(Scan { product, exclusive: flag("exclusive")?, reverse: flag("reverse")? }))
+    }
+
+    /// Scans one block of `n` rows of `inner` elements from `src` into `out`.
+    fn block(&self, src: &[f32], n: usize, inner: usize, out: &mut [f32]) {
+        let mut acc = vec![if self.product { 1.0f32 } else { 0.0 }; inner];
+        for step in 0..n {
+            let k = if self.reverse { n - 1 - step } else { step };
+            let (x, o) = (&src[k * inner..(k + 1) * inner], &mut out[k * inner..(k + 1) * inner]);
+            if self.exclusive {
+                o.copy_from_slice(&acc);
+            }
+            if self.product {
+                acc.iter_mut().zip(x).for_each(|(a, &v)| *a *= v);
+            } else {
+                acc.iter_mut().zip(x).for_each(|(a, &v)| *a += v);
+            }
+            if !self.exclusive {
+                o.copy_from_slice(&acc);
+            }
+        }
+    }
+}
+
+impl Kernel for Scan {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        let op = if self.product { "Cumprod" } else { "Cumsum" };
+        expect_inputs(op, ctx, 2)?;
+        let (x, axis_t) = (ctx.input(0)?, ctx.input(1)?);
+        if axis_t.len() != 1 || axis_t.rank() != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{op}: axis must be a scalar, got shape {}",
+                ShapeDisplay(axis_t.shape())
+            )));
+        }
+        let shape = x.shape();
+        let rank = shape.len() as i64;
+        let axis = axis_t.to_i64s()?[0];
+        if axis < -rank || axis >= rank {
+            return Err(Error::InvalidArgument(format!(
+                "{op}: Expected scan axis in the range [{}, {rank}), but got {axis}",
+                -rank
+            )));
+        }
+        let axis = if axis < 0 { axis + rank } else { axis } as usize;
+        let (n, inner): (usize, usize) = (shape[axis], shape[axis + 1..].iter().product());
+        let mut out = ctx.allocate_output(0, shape)?;
+        let (src, dst) = (x.data::<f32>()?, out.data_mut::<f32>()?);
+        let block = n * inner;
+        if block == 0 {
+            return Ok(());
+        }
+        if dst.len() < PARALLEL_MIN_ELEMENTS || dst.len() == block {
+            for (b, chunk) in dst.chunks_exact_mut(block).enumerate() {
+                self.block(&src[b * block..(b + 1) * block], n, inner, chunk);
+            }
+            return Ok(());
+        }
+        let blocks_per_task = (MIN_TASK_ELEMENTS / block).max(1);
+        pool::for_each_chunk_mut(dst, blocks_per_task * block, |task, chunk| {
+            let first = task * blocks_per_task * block;
+            for (b, out_block) in chunk.chunks_exact_mut(block).enumerate() {
+                let at = first + b * block;
+                self.block(&src[at..at + block], n, inner, out_block);
+            }
+        });
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernels::LocalContext;
+
+    #[test]
+    fn scans_match_a_running_total_along_every_axis() {
+        let shapes: &[&[usize]] = &[&[0, 3], &[1, 1], &[5], &[7, 13], &[3, 5, 17], &[300, 129]];
+        for &shape in shapes {
+            let x = values(shape.iter().product(), 4);
+            for axis in 0..shape.len() {
+                let (n, inner): (usize, usize) = (shape[axis], shape[axis + 1..].iter().product());
+                for (product, exclusive, reverse) in
+                    [(false, false, false), (false, true, false), (false, false, true), (true, true, true)]
+                {
+                    let scan = Scan { product, exclusive, reverse };
+                    let inputs = vec![
+                        Tensor::from_vec(shape, x.clone()).unwrap(),
+                        Tensor::from_vec(&[], vec![axis as i64 - shape.len() as i64]).unwrap(),
+                    ];
+                    let got = LocalContext::run(&scan, inputs, &[DType::F32]).unwrap()[0].to_vec::<f32>().unwrap();
+                    // The reference walks each line on its own.
+                    let mut want = vec![0.0f32; x.len()];
+                    for line in 0..x.len() / n.max(1) {
+                        let (o, i) = (line / inner, line % inner);
+                        let mut acc = if product { 1.0f32 } else { 0.0 };
+                        let order: Vec<usize> = if reverse { (0..n).rev().collect() } else { (0..n).collect() };
+                        for k in order {
+                            let at = (o * n + k) * inner + i;
+                            let before = acc;
+                            acc = if product { acc * x[at] } else { acc + x[at] };
+                            want[at] = if exclusive { before } else { acc };
+                        }
+                    }
+                    let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same && got.len() == want.len(), "{shape:?} axis {axis} {product} {exclusive} {reverse}");
+                }
+            }
+        }
+        let bad = vec![Tensor::from_vec(&[2, 2], vec![0f32; 4]).unwrap(), Tensor::from_vec(&[], vec![2i64]).unwrap()];
+        let error = LocalContext::run(&Scan { product: false, exclusive: false, reverse: false }, bad, &[DType::F32]);
+        assert!(error.unwrap_err().to_string().contains("Expected scan axis in the range [-2, 2), but got 2"));
+    }
 
     fn values(len: usize, seed: u32) -> Vec<f32> {
         let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
