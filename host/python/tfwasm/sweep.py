@@ -354,6 +354,55 @@ def resize_bilinear_grad_cases(tf, rng):
     return out
 
 
+def in_top_k_cases(tf, rng):
+    """Rounded predictions so ties straddle the k-th place; a NaN, an
+    infinity, targets out of range, k of 0 and beyond the classes."""
+    out = []
+    for batch, classes, k in [(0, 5, 1), (1, 1, 1), (7, 13, 3), (16, 10, 5), (5, 4, 0), (5, 4, 9), (300, 37, 2)]:
+        for t in (np.int32, np.int64):
+            predictions = np.round(f32(rng, (batch, classes), -2, 2))
+            if batch >= 5:
+                predictions[1, 0] = np.nan
+                predictions[2, -1] = np.inf
+            targets = ints(rng, (batch,), -1, classes + 1, t)
+            out.append(Case({"predictions": predictions, "targets": targets, "k": t(k)}))
+    return out
+
+
+def top_k_cases(tf, rng):
+    """Rounded values so ties straddle the k-th place; k of 0, 1 and all;
+    int32 and int64 k and indices (the attributes of TensorFlow 2.16+)."""
+    out = []
+    for shape, k in [((0,), 0), ((1, 1), 1), ((7, 13), 3), ((7, 13), 13), ((3, 5, 17), 0), ((129, 257), 5), ((4, 1000), 1)]:
+        for t in (np.int32, np.int64):
+            out.append(Case({"input": np.round(f32(rng, shape)), "k": t(k), "sorted": True, "index_type": tf.as_dtype(t)}))
+    return out
+
+
+def scatter_nd_cases(tf, rng):
+    """Whole elements, rows and blocks; repeated indices (they add up);
+    0-size updates; a scalar-sliced vector; int32 and int64 indices."""
+    out = []
+    for shape, depth, count in [((8,), 1, 5), ((8,), 1, 20), ((6, 4), 1, 9), ((5, 3, 4), 2, 7), ((4, 3), 2, 0), ((7, 13), 2, 40), ((4000, 16), 1, 3000)]:
+        for t in (np.int32, np.int64):
+            indices = np.stack([rng.integers(0, shape[d], count) for d in range(depth)], axis=-1).astype(t)
+            out.append(Case({"indices": indices, "updates": f32(rng, (count, *shape[depth:])), "shape": np.array(shape, t)}))
+    return out
+
+
+def range_cases(tf, rng):
+    """float32 and int64 ranges up, down, empty and of one element, with a
+    step float32 cannot hold exactly (0.1), and 2700 steps of 0.37, where
+    a running sum would drift from the CPU's ``start + i·delta``."""
+    out = []
+    for a, b, d in [(0, 5, 1), (5, 0, -1), (3, 3, 1), (0, 1, 2), (-7, 100, 3), (0, 2, 0.1), (1.5, -2.25, -0.3), (0, 1000, 0.37)]:
+        t = np.float32 if any(isinstance(v, float) for v in (a, b, d)) else np.int64
+        out.append(Case({"start": t(a), "limit": t(b), "delta": t(d)}))
+        if t is np.int64:
+            out.append(Case({"start": np.float32(a), "limit": np.float32(b), "delta": np.float32(d)}))
+    return out
+
+
 def arg_cases(tf, rng):
     out = []
     for shape, axis in [((7, 13), 0), ((7, 13), 1), ((7, 13), -1), ((1, 1), 0), ((2, 3, 5), 1), ((64, 1031), 1)]:
@@ -1043,6 +1092,10 @@ SPECS: dict[str, Spec] = {
     "ArgMax": Spec(arg_cases, EXACT),
     "ArgMin": Spec(arg_cases, EXACT),
     "Cumsum": Spec(scan_cases, EXACT),
+    "InTopKV2": Spec(in_top_k_cases, EXACT),
+    "Range": Spec(range_cases, EXACT),
+    "TopKV2": Spec(top_k_cases, EXACT),
+    "ScatterNd": Spec(scatter_nd_cases, EXACT),
     "ResizeBilinear": Spec(resize_bilinear_cases, EXACT),
     # Bit-equal but where many outputs land on one input pixel (corners of a
     # 1-pixel image): TensorFlow sums those in another order.

@@ -113,6 +113,8 @@ pub const KERNELS: &[KernelDef] = &[
         .host_memory(&["block_shape", "paddings"]),
     KernelDef::new("BatchToSpaceND", TO_SPACE_TYPES, |_| Ok(Box::new(SpaceBatch { to_batch: false })))
         .host_memory(&["block_shape", "crops"]),
+    KernelDef::new("Range", &[("Tidx", &[DType::F32, DType::I64])], |_| Ok(Box::new(FnKernel(range))))
+        .host_memory(&["start", "limit", "delta"]),
     KernelDef::new("ZerosLike", LIKE_TYPES, |_| Ok(Box::new(FillLike { one: false }))),
     KernelDef::new("OnesLike", LIKE_TYPES, |_| Ok(Box::new(FillLike { one: true }))),
     KernelDef::new("Snapshot", T_ANY, |_| Ok(Box::new(FnKernel(snapshot)))),
@@ -1236,6 +1238,61 @@ fn fill(ctx: &dyn OpContext) -> Result<(), Error> {
     checked_count(OP, &shape)?;
     let mut out = ctx.allocate_output(0, &shape)?;
     by_width!(value.dtype(), W => fill_all(out.words_mut::<W>()?, value.scalar_word()?));
+    Ok(())
+}
+
+/// `Range(start, limit, delta)` in float32 and int64 (TensorFlow's own
+/// host-memory kernel covers int32): `start`, `start + delta`, … short of
+/// `limit`, element `i` being `start + i·delta` as on the CPU (not a running
+/// sum, which would drift).
+fn range(ctx: &dyn OpContext) -> Result<(), Error> {
+    const OP: &str = "Range";
+    expect_inputs(OP, ctx, 3)?;
+    let (start, limit, delta) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+    for (name, t) in [("start", &start), ("limit", &limit), ("delta", &delta)] {
+        if t.len() != 1 {
+            return Err(invalid(OP, format!("{name} must be a scalar, not shape {}", ShapeDisplay(t.shape()))));
+        }
+    }
+    fn check<T: PartialOrd + Default + std::fmt::Display>(start: T, limit: T, delta: T) -> Result<(), Error> {
+        let zero = T::default();
+        if delta == zero {
+            return Err(invalid(OP, "Requires delta != 0".into()));
+        }
+        if delta > zero && start > limit {
+            return Err(invalid(OP, format!("Requires start <= limit when delta > 0: {start}/{limit}")));
+        }
+        if delta < zero && start < limit {
+            return Err(invalid(OP, format!("Requires start >= limit when delta < 0: {start}/{limit}")));
+        }
+        Ok(())
+    }
+    match start.dtype() {
+        DType::I64 => {
+            let (a, b, d) = (start.scalar::<i64>()?, limit.scalar::<i64>()?, delta.scalar::<i64>()?);
+            check(a, b, d)?;
+            let size = (i128::from(b) - i128::from(a)).unsigned_abs().div_ceil(i128::from(d).unsigned_abs());
+            let size = usize::try_from(size).map_err(|_| invalid(OP, format!("Requires size < 2^63, got {size}")))?;
+            let mut out = ctx.allocate_output(0, &[size])?;
+            let mut value = a;
+            for o in out.data_mut::<i64>()? {
+                *o = value;
+                value = value.wrapping_add(d);
+            }
+        }
+        _ => {
+            let (a, b, d) = (start.scalar::<f32>()?, limit.scalar::<f32>()?, delta.scalar::<f32>()?);
+            check(a, b, d)?;
+            let size = ((b - a) / d).abs().ceil();
+            if !size.is_finite() || size >= 2f32.powi(62) {
+                return Err(invalid(OP, format!("Requires size < 2^63, got {size}")));
+            }
+            let mut out = ctx.allocate_output(0, &[size as usize])?;
+            for (i, o) in out.data_mut::<f32>()?.iter_mut().enumerate() {
+                *o = a + i as f32 * d;
+            }
+        }
+    }
     Ok(())
 }
 

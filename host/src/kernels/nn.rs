@@ -8,6 +8,9 @@
 //! The losses are `sum(labels * (log(sum) - shifted))` and their backprop
 //! `exp(shifted) / sum - labels`.
 //!
+//! `InTopKV2`, for Keras' top-k accuracy metrics, and `TopKV2` (`top_k`,
+//! `sort`, `argsort`) live here too.
+//!
 //! `exp` is [`exp_f32`], a branch-free polynomial (Cephes' `expf`, within
 //! 2 ulp of the correctly rounded result) that the compiler vectorises; Eigen
 //! uses the same kind of approximation (see [`super::vmath`]). Rows are independent: large inputs
@@ -18,7 +21,7 @@ use std::borrow::Cow;
 use super::pool;
 use super::shape::{element_count, Broadcast, ShapeDisplay};
 use super::vmath::{exp_f32, in_wide_lanes};
-use super::{expect_inputs, types, DType, Element, Kernel, KernelDef, OpContext};
+use super::{expect_inputs, types, DType, Element, FnKernel, Kernel, KernelDef, OpContext, TfBool};
 use crate::error::Error;
 
 const SPARSE_TYPES: &[(&str, &[DType])] = &[("T", types::F32), ("Tlabels", types::INDEX)];
@@ -28,7 +31,13 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("LogSoftmax", types::T_F32, |_| Ok(Box::new(SoftmaxKernel { log: true }))),
     KernelDef::new("SoftmaxCrossEntropyWithLogits", types::T_F32, |_| Ok(Box::new(XentKernel))),
     KernelDef::new("SparseSoftmaxCrossEntropyWithLogits", SPARSE_TYPES, |_| Ok(Box::new(SparseXentKernel))),
+    KernelDef::new("InTopKV2", &[("T", types::INDEX)], |_| Ok(Box::new(FnKernel(in_top_k)))).host_memory(&["k"]),
+    KernelDef::new("TopKV2", TOP_K_TYPES, |_| Ok(Box::new(FnKernel(top_k)))).host_memory(&["k"]),
 ];
+
+/// `Tk` and `index_type` are attributes from TensorFlow 2.16 on; a node
+/// without them is int32 for both.
+const TOP_K_TYPES: &[(&str, &[DType])] = &[("T", types::F32), ("Tk", types::INDEX), ("index_type", types::INDEX)];
 
 /// Below this many elements an op runs on the calling thread.
 pub const PARALLEL_MIN_ELEMENTS: usize = 32 * 1024;
@@ -366,6 +375,112 @@ fn sparse_xent(x: &[f32], labels: &[usize], classes: usize, loss: &mut [f32], ba
     });
 }
 
+// --------------------------------------------------------------- InTopKV2
+
+/// `InTopKV2(predictions, targets, k)`: whether each row's target class is
+/// among its `k` largest predictions, ties counting in its favour (the
+/// classes strictly above it are fewer than `k`). As on TensorFlow's CPU
+/// device a row with a target out of range or any non-finite prediction is
+/// `false`: there is no saying where a NaN ranks.
+fn in_top_k(ctx: &dyn OpContext) -> Result<(), Error> {
+    const OP: &str = "InTopKV2";
+    expect_inputs(OP, ctx, 3)?;
+    let (predictions, targets, k) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+    let shape = predictions.shape();
+    if shape.len() != 2 {
+        return Err(Error::InvalidArgument(format!(
+            "{OP}: predictions must be 2-dimensional, got shape {}",
+            ShapeDisplay(shape)
+        )));
+    }
+    if targets.shape() != [shape[0]] {
+        return Err(Error::InvalidArgument(format!(
+            "{OP}: First dimension of predictions {} must match length of targets {}",
+            shape[0],
+            ShapeDisplay(targets.shape())
+        )));
+    }
+    if k.len() != 1 {
+        return Err(Error::InvalidArgument(format!("{OP}: k must be a scalar, got shape {}", ShapeDisplay(k.shape()))));
+    }
+    let k = k.to_i64s()?[0];
+    let classes = shape[1];
+    let (rows, targets) = (predictions.data::<f32>()?, targets.to_i64s()?);
+    let mut out = ctx.allocate_output(0, &[shape[0]])?;
+    for (b, o) in out.data_mut::<TfBool>()?.iter_mut().enumerate() {
+        let row = &rows[b * classes..(b + 1) * classes];
+        let hit = usize::try_from(targets[b]).ok().and_then(|t| row.get(t)).is_some_and(|&target| {
+            row.iter().all(|v| v.is_finite()) && (row.iter().filter(|&&v| v > target).count() as i64) < k
+        });
+        *o = TfBool::from(hit);
+    }
+    Ok(())
+}
+
+// ----------------------------------------------------------------- TopKV2
+
+/// `TopKV2(input, k)`: the `k` largest entries of each last-axis row and
+/// their indices, largest first, equal values in increasing index order
+/// (TensorFlow's order, `sorted` or not: an unsorted result may be in any
+/// order, and this one is the sorted one). NaN ranks below every number.
+fn top_k(ctx: &dyn OpContext) -> Result<(), Error> {
+    const OP: &str = "TopKV2";
+    expect_inputs(OP, ctx, 2)?;
+    let (input, k_t) = (ctx.input(0)?, ctx.input(1)?);
+    let shape = input.shape();
+    let Some((&n, outer_dims)) = shape.split_last() else {
+        return Err(Error::InvalidArgument(format!("{OP}: input must be at least 1-D, got a scalar")));
+    };
+    if k_t.len() != 1 {
+        return Err(Error::InvalidArgument(format!(
+            "{OP}: k must be a scalar, got shape {}",
+            ShapeDisplay(k_t.shape())
+        )));
+    }
+    let k = k_t.to_i64s()?[0];
+    let k = usize::try_from(k).map_err(|_| Error::InvalidArgument(format!("{OP}: Need k >= 0, got {k}")))?;
+    if k > n {
+        return Err(Error::InvalidArgument(format!("{OP}: input must have at least k columns. Had {n}, needed {k}")));
+    }
+    let mut out_shape = outer_dims.to_vec();
+    out_shape.push(k);
+    let rows: usize = outer_dims.iter().product();
+    let src = input.data::<f32>()?;
+    let (mut values, mut indices) = (ctx.allocate_output(0, &out_shape)?, ctx.allocate_output(1, &out_shape)?);
+    let values = values.data_mut::<f32>()?;
+    let index_dtype = indices.dtype();
+    let mut picked: Vec<usize> = Vec::with_capacity(rows * k);
+    // Larger first; NaN last; ties by index.
+    let before = |row: &[f32], a: usize, b: usize| {
+        let (x, y) = (row[a], row[b]);
+        match (x.is_nan(), y.is_nan()) {
+            (false, false) => y.partial_cmp(&x).unwrap_or(std::cmp::Ordering::Equal),
+            (nan_x, nan_y) => nan_x.cmp(&nan_y),
+        }
+        .then(a.cmp(&b))
+    };
+    let mut order: Vec<usize> = Vec::with_capacity(n);
+    for r in 0..rows {
+        let row = &src[r * n..(r + 1) * n];
+        order.clear();
+        order.extend(0..n);
+        if k > 0 && k < n {
+            order.select_nth_unstable_by(k - 1, |&a, &b| before(row, a, b));
+        }
+        order.truncate(k);
+        order.sort_unstable_by(|&a, &b| before(row, a, b));
+        for (j, &i) in order.iter().enumerate() {
+            values[r * k + j] = row[i];
+        }
+        picked.extend_from_slice(&order);
+    }
+    match index_dtype {
+        DType::I64 => indices.data_mut::<i64>()?.iter_mut().zip(&picked).for_each(|(o, &i)| *o = i as i64),
+        _ => indices.data_mut::<i32>()?.iter_mut().zip(&picked).for_each(|(o, &i)| *o = i as i32),
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,5 +659,42 @@ mod tests {
         assert!(e.contains("must have the same first dimension"), "{e}");
         let e = run_sparse(&[12], vec![0.0; 12], vec![0i32; 12]).unwrap_err().to_string();
         assert!(e.contains("logits must be 2-D, but got shape [12]"), "{e}");
+    }
+
+    #[test]
+    fn top_k_orders_ties_by_index_and_nan_last() {
+        let row = vec![1.0f32, 3.0, f32::NAN, 3.0, -1.0, 2.0];
+        let run = |k: i64, index: DType| {
+            let inputs = vec![Tensor::from_vec(&[1, 6], row.clone()).unwrap(), Tensor::from_vec(&[], vec![k]).unwrap()];
+            LocalContext::run(&FnKernel(top_k), inputs, &[DType::F32, index]).unwrap()
+        };
+        let out = run(3, DType::I32);
+        assert_eq!(out[0].to_vec::<f32>().unwrap(), [3.0, 3.0, 2.0]);
+        assert_eq!(out[1].to_vec::<i32>().unwrap(), [1, 3, 5]);
+        let all = run(6, DType::I64);
+        assert_eq!(all[1].to_vec::<i64>().unwrap(), [1, 3, 5, 0, 4, 2]);
+        assert_eq!(run(0, DType::I32)[0].shape(), [1, 0]);
+        let too_many =
+            vec![Tensor::from_vec(&[2], vec![1f32, 2.0]).unwrap(), Tensor::from_vec(&[], vec![3i32]).unwrap()];
+        let error = LocalContext::run(&FnKernel(top_k), too_many, &[DType::F32, DType::I32]).unwrap_err();
+        assert!(error.to_string().contains("at least k columns. Had 2, needed 3"), "{error}");
+    }
+
+    #[test]
+    fn in_top_k_counts_ties_for_the_target_and_refuses_non_finite_rows() {
+        let predictions = vec![0.1f32, 0.5, 0.5, 0.2, /* NaN row */ 0.3, f32::NAN, 0.1, 0.0];
+        let run = |targets: Vec<i64>, k: i64| {
+            let inputs = vec![
+                Tensor::from_vec(&[2, 4], predictions.clone()).unwrap(),
+                Tensor::from_vec(&[2], targets).unwrap(),
+                Tensor::from_vec(&[], vec![k]).unwrap(),
+            ];
+            let out = LocalContext::run(&FnKernel(in_top_k), inputs, &[DType::Bool]).unwrap();
+            out[0].to_vec::<TfBool>().unwrap().iter().map(|b| b.get()).collect::<Vec<_>>()
+        };
+        assert_eq!(run(vec![2, 0], 1), [true, false]);
+        assert_eq!(run(vec![3, 0], 2), [false, false]);
+        assert_eq!(run(vec![3, 0], 3), [true, false]);
+        assert_eq!(run(vec![4, -1], 4), [false, false]);
     }
 }

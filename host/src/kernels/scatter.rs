@@ -32,22 +32,54 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("ResourceScatterSub", RESOURCE_TYPES, |_| Ok(Box::new(NotRewritten("ResourceScatterSub")))),
     // Keras' loss scaling under mixed_float16 marks which rows of an
     // embedding's sparse gradient are finite with it (bool).
-    KernelDef::new("TensorScatterUpdate", UPDATE_TYPES, |_| Ok(Box::new(TensorScatterUpdate))),
+    KernelDef::new("TensorScatterUpdate", UPDATE_TYPES, |_| {
+        Ok(Box::new(SliceScatter { add: false, ignore_bad: false }))
+    }),
+    // The gradient of a gather by full indices, e.g. of `top_k`.
+    KernelDef::new("ScatterNd", SCATTER_ND_TYPES, |a| {
+        let ignore_bad = a.has("bad_indices_policy") && a.string("bad_indices_policy")? == "IGNORE";
+        Ok(Box::new(SliceScatter { add: true, ignore_bad }))
+    })
+    .host_memory(&["shape"]),
 ];
+
+const SCATTER_ND_TYPES: &[(&str, &[DType])] = &[("T", &[DType::F32]), ("Tindices", &[DType::I32, DType::I64])];
 
 /// `TensorScatterUpdate(tensor, indices, updates)`: a copy of `tensor` with
 /// the slices `indices` name (each index a prefix of `tensor`'s dimensions,
 /// the last dimension of `indices`) replaced by `updates`, in order (a
-/// repeated index keeps the last update, as on the CPU).
-struct TensorScatterUpdate;
+/// repeated index keeps the last update, as on the CPU). With `add`,
+/// `ScatterNd(indices, updates, shape)`: zeros of `shape` with the updates
+/// added, in order, so repeated indices sum as on the CPU; an index out of
+/// range is an error, or skipped under `bad_indices_policy = "IGNORE"`.
+struct SliceScatter {
+    add: bool,
+    ignore_bad: bool,
+}
 
-impl Kernel for TensorScatterUpdate {
+/// The offset of an update [`SliceScatter`] skips.
+const SKIP: usize = usize::MAX;
+
+impl Kernel for SliceScatter {
     fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
-        const OP: &str = "TensorScatterUpdate";
-        super::expect_inputs(OP, ctx, 3)?;
-        let (tensor, indices, updates) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
-        let invalid = |message: String| Error::InvalidArgument(format!("{OP}: {message}"));
-        let shape = tensor.shape();
+        let op = if self.add { "ScatterNd" } else { "TensorScatterUpdate" };
+        super::expect_inputs(op, ctx, 3)?;
+        let (tensor, indices, updates, shape) = if self.add {
+            let (indices, updates, shape_t) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+            let shape = shape_t
+                .to_i64s()?
+                .iter()
+                .map(|&d| usize::try_from(d))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|_| Error::InvalidArgument(format!("{op}: shape must be non-negative")))?;
+            (None, indices, updates, shape)
+        } else {
+            let tensor = ctx.input(0)?;
+            let shape = tensor.shape().to_vec();
+            (Some(tensor), ctx.input(1)?, ctx.input(2)?, shape)
+        };
+        let shape = shape.as_slice();
+        let invalid = |message: String| Error::InvalidArgument(format!("{op}: {message}"));
         let Some((&depth, outer)) = indices.shape().split_last() else {
             return Err(invalid("indices must have rank at least one, got a scalar".into()));
         };
@@ -87,14 +119,36 @@ impl Kernel for TensorScatterUpdate {
         let offsets: Vec<usize> = if depth == 0 {
             vec![0; outer.iter().product()]
         } else {
-            indices.chunks_exact(depth).enumerate().map(|(i, index)| offset_of(i, index)).collect::<Result<_, _>>()?
+            let offset = |(i, index)| match offset_of(i, index) {
+                Err(_) if self.ignore_bad => Ok(SKIP),
+                other => other,
+            };
+            indices.chunks_exact(depth).enumerate().map(offset).collect::<Result<_, _>>()?
         };
+        super::movement::checked_count(op, shape)?;
         let mut out = ctx.allocate_output(0, shape)?;
-        match tensor.dtype() {
-            DType::Bool => replace_slices::<TfBool>(&tensor, &updates, &mut out, &offsets, slice_len),
-            _ => replace_slices::<f32>(&tensor, &updates, &mut out, &offsets, slice_len),
+        match tensor {
+            None => add_slices(&updates, &mut out, &offsets, slice_len),
+            Some(tensor) if tensor.dtype() == DType::Bool => {
+                replace_slices::<TfBool>(&tensor, &updates, &mut out, &offsets, slice_len)
+            }
+            Some(tensor) => replace_slices::<f32>(&tensor, &updates, &mut out, &offsets, slice_len),
         }
     }
+}
+
+/// `out = 0`, then `out[offset_i..][..slice_len] += updates[i]` in order.
+fn add_slices(updates: &Tensor, out: &mut Tensor, offsets: &[usize], slice_len: usize) -> Result<(), Error> {
+    let (updates, out) = (updates.data::<f32>()?, out.data_mut::<f32>()?);
+    if updates.len() != offsets.len() * slice_len {
+        return Err(Error::Internal("ScatterNd: buffer sizes do not match the shapes".into()));
+    }
+    out.fill(0.0);
+    for (i, &offset) in offsets.iter().enumerate().filter(|&(_, &offset)| offset != SKIP) {
+        let dst = &mut out[offset..offset + slice_len];
+        dst.iter_mut().zip(&updates[i * slice_len..][..slice_len]).for_each(|(o, &u)| *o += u);
+    }
+    Ok(())
 }
 
 /// `out = tensor`, then `out[offset_i..][..slice_len] = updates[i]` in order.
@@ -219,7 +273,9 @@ mod tests {
             indices,
             Tensor::from_vec(updates.0, updates.1)?,
         ];
-        LocalContext::run(&TensorScatterUpdate, inputs, &[DType::F32])?.remove(0).to_vec::<f32>()
+        LocalContext::run(&SliceScatter { add: false, ignore_bad: false }, inputs, &[DType::F32])?
+            .remove(0)
+            .to_vec::<f32>()
     }
 
     #[test]
@@ -290,5 +346,27 @@ mod tests {
         let indices = Tensor::from_vec(&[0], Vec::<i32>::new()).unwrap();
         let error = run(false, (&[], vec![1.0]), indices, (&[], vec![1.0])).unwrap_err().to_string();
         assert!(error.contains("at least one dimension"), "{error}");
+    }
+
+    #[test]
+    fn scatter_nd_adds_repeated_indices_and_can_skip_bad_ones() {
+        let run = |kernel: SliceScatter, indices: Vec<i32>, depth: usize, updates: Vec<f32>, shape: Vec<i32>| {
+            let n = indices.len() / depth;
+            let mut updates_shape = vec![n];
+            updates_shape.extend(shape[depth..].iter().map(|&d| d as usize));
+            let inputs = vec![
+                Tensor::from_vec(&[n, depth], indices).unwrap(),
+                Tensor::from_vec(&updates_shape, updates).unwrap(),
+                Tensor::from_vec(&[shape.len()], shape).unwrap(),
+            ];
+            LocalContext::run(&kernel, inputs, &[DType::F32]).map(|mut out| out.remove(0).to_vec::<f32>().unwrap())
+        };
+        let add = || SliceScatter { add: true, ignore_bad: false };
+        let rows = run(add(), vec![2, 0, 2], 1, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], vec![3, 2]).unwrap();
+        assert_eq!(rows, [3.0, 4.0, 0.0, 0.0, 6.0, 8.0]);
+        let error = run(add(), vec![0, 3], 1, vec![1.0, 2.0], vec![3]).unwrap_err().to_string();
+        assert!(error.contains("indices[1] = [3] does not index into shape [3]"), "{error}");
+        let skipped = run(SliceScatter { add: true, ignore_bad: true }, vec![0, 3, 1], 1, vec![1.0, 2.0, 4.0], vec![3]);
+        assert_eq!(skipped.unwrap(), [1.0, 4.0, 0.0]);
     }
 }
