@@ -175,6 +175,9 @@ def compile_model(net, jit_compile, model="mlp", optimizer="adam"):
         metrics.append(keras.metrics.AUC(name="auc"))
     else:
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    if model == "upsample":
+        # Top-k accuracy ranks each row's target (InTopKV2).
+        metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(k=3, name="top3"))
     net.compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
 

@@ -179,11 +179,12 @@ def test_dilated_convolutions_train_on_wasm(tmp_path, cpu_policy):
 def test_bilinear_upsampling_trains_on_wasm(tmp_path, cpu_policy):
     """UpSampling2D(interpolation="bilinear") and Resizing, as a
     segmentation decoder upsamples: ResizeBilinear and its gradient run on
-    WASM, and the losses match the CPU's."""
+    WASM, and the losses match the CPU's. Its top-3 accuracy metric ranks
+    on WASM too (InTopKV2)."""
     wasm, cpu, coverage = train_on_both(["--model", "upsample"], "upsample", tmp_path, cpu_policy)
     assert_same_training(wasm, cpu, LOSS_RTOL, "upsample")
     assert_all_on_wasm(coverage, "upsample")
-    assert_ran_on_wasm(coverage, {"ResizeBilinear", "ResizeBilinearGrad"}, "upsample")
+    assert_ran_on_wasm(coverage, {"ResizeBilinear", "ResizeBilinearGrad", "InTopKV2"}, "upsample")
 
 
 def test_masked_recurrence_moves_its_mask_on_wasm(tmp_path, cpu_policy):
