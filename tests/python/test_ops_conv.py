@@ -171,9 +171,9 @@ def four(value):
 
 
 def depthwise(tf, strides, padding, dilations):
-    """The raw op (``tf.nn.depthwise_conv2d`` turns dilations into
-    SpaceToBatchND, which has no WASM kernel); its registered gradient
-    calls both backprops."""
+    """The raw op, which takes dilations directly (``tf.nn.depthwise_conv2d``
+    runs an undilated op between SpaceToBatchND and BatchToSpaceND); its
+    registered gradient calls both backprops."""
     if isinstance(padding, str):
         pads = {"padding": padding}
     else:

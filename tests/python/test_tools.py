@@ -147,7 +147,7 @@ def test_coverage_takes_a_second_placement_over_the_first():
 def test_coverage_counts_the_ops_of_lowered_jit_loops(tmp_path):
     """A jit function run without XLA on WASM: its loop is lowered after the
     graph passes. The report counts the ops inside the loop, the one without
-    a WASM kernel (Cumsum) on the CPU."""
+    a WASM kernel (Cos) on the CPU."""
     script = tmp_path / "loop.py"
     script.write_text(textwrap.dedent(
         """
@@ -155,26 +155,30 @@ def test_coverage_counts_the_ops_of_lowered_jit_loops(tmp_path):
         import tensorflow as tf
         @tf.function(jit_compile=True)
         def inner(x):
-            return tf.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, tf.math.cumsum(a) * 0.5), (0, x))[1]
+            return tf.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, tf.math.cos(a) * 0.5), (0, x))[1]
         @tf.function
         def outer(x):
             return inner(x)
         with tf.device("/device:WASM:0"):
             print("program output", outer(tf.constant([1.0, 2.0, 4.0])).numpy().tolist())
+        with tf.device("/CPU:0"):
+            print("cpu output", inner.python_function(tf.constant([1.0, 2.0, 4.0])).numpy().tolist())
         """
     ))
     json_path = tmp_path / "cov.json"
     done = run_tool(["coverage", "--json", str(json_path), "--", str(script)], tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert "program output [0.125, 0.625, 2.0]" in done.stdout
+    outputs = [line.split(" output ", 1)[1] for line in done.stdout.splitlines() if " output [" in line]
+    assert len(outputs) == 2 and outputs[0] == outputs[1], done.stdout[-2000:]
     assert "placer.cc" not in done.stdout + done.stderr, "placement lines must not reach the user"
     import json
 
     data = json.loads(json_path.read_text())
     placed = {(e["op"], e["device"]): e["count"] for e in data["nodes"]}
-    assert placed.get(("Cumsum", "CPU:0")) == 1, placed
+    # One in the loop on WASM, one in the CPU reference run.
+    assert placed.get(("Cos", "CPU:0")) == 2, placed
     assert placed.get(("Mul", "WASM:0")) == 1, placed
-    assert "Cumsum" in data["fallbacks"]
+    assert "Cos" in data["fallbacks"]
 
 
 def test_coverage_of_a_program(tmp_path):
