@@ -1070,16 +1070,12 @@ fn tile_words<T: Copy + Send + Sync>(src: &[T], shape: &[usize], out_shape: &[us
     let out_row = out_shape[rank - 1];
     let outer_out = &out_shape[..rank - 1];
     let in_strides = strides_of(shape);
+    let zeros = vec![0isize; rank - 1];
     par_rows(out_data, out_row, |first, chunk| {
         // Output outer index → input outer index by wrapping each digit.
-        let mut index = vec![0usize; rank - 1];
-        let mut rest = first;
-        for i in (0..rank - 1).rev() {
-            index[i] = rest % outer_out[i];
-            rest /= outer_out[i];
-        }
+        let mut walk = Walk::new(outer_out, &zeros, &zeros, 0, 0, first);
         for row in chunk.chunks_exact_mut(out_row) {
-            let at: usize = (0..rank - 1).map(|i| (index[i] % shape[i]) * in_strides[i]).sum();
+            let at: usize = (0..rank - 1).map(|i| (walk.index[i] % shape[i]) * in_strides[i]).sum();
             let src_row = &src[at..at + in_row];
             if in_row == 1 {
                 row.fill(src_row[0]);
@@ -1088,13 +1084,7 @@ fn tile_words<T: Copy + Send + Sync>(src: &[T], shape: &[usize], out_shape: &[us
                     rep.copy_from_slice(src_row);
                 }
             }
-            for i in (0..rank - 1).rev() {
-                index[i] += 1;
-                if index[i] < outer_out[i] {
-                    break;
-                }
-                index[i] = 0;
-            }
+            walk.advance();
         }
     });
 }
@@ -1188,17 +1178,13 @@ fn pad_words<T: Copy + Send + Sync>(
     let (in_row, out_row, lead) = (shape[rank - 1], out_shape[rank - 1], before[rank - 1]);
     let outer_out = &out_shape[..rank - 1];
     let in_strides = strides_of(shape);
+    let zeros = vec![0isize; rank - 1];
     par_rows(out_data, out_row, |first, chunk| {
-        let mut index = vec![0usize; rank - 1];
-        let mut rest = first;
-        for i in (0..rank - 1).rev() {
-            index[i] = rest % outer_out[i];
-            rest /= outer_out[i];
-        }
+        let mut walk = Walk::new(outer_out, &zeros, &zeros, 0, 0, first);
         for row in chunk.chunks_exact_mut(out_row) {
             let mut at = Some(0usize);
             for i in 0..rank - 1 {
-                at = match (at, index[i].checked_sub(before[i])) {
+                at = match (at, walk.index[i].checked_sub(before[i])) {
                     (Some(a), Some(j)) if j < shape[i] => Some(a + j * in_strides[i]),
                     _ => None,
                 };
@@ -1211,13 +1197,7 @@ fn pad_words<T: Copy + Send + Sync>(
                 }
                 None => row.fill(constant),
             }
-            for i in (0..rank - 1).rev() {
-                index[i] += 1;
-                if index[i] < outer_out[i] {
-                    break;
-                }
-                index[i] = 0;
-            }
+            walk.advance();
         }
     });
 }
