@@ -6,7 +6,7 @@ alternating fresh processes. Prints ``STEP_SECONDS <median>`` and the
 device the weights live on. Both runs use ``jit_compile=False``: XLA
 exists only for the CPU, and the comparison is kernel against kernel.
 
-    python bench_keras.py --model mlp|cnn|transformer|lstm [--steps 60]
+    python bench_keras.py --model mlp|cnn|volume|transformer|lstm [--steps 60]
 """
 
 from __future__ import annotations
@@ -49,6 +49,19 @@ def build(model: str):
         # runs it as a while loop of small kernels, one step after another.
         net = keras.Sequential([keras.Input((20, 16)), layers.LSTM(64), layers.Dense(10)])
         shape, batch = (20, 16), 64
+    elif model == "volume":
+        # A small volumetric CNN (Conv3D + MaxPooling3D ×2): 16×32×32
+        # single-channel volumes, as in medical imaging.
+        net = keras.Sequential([
+            keras.Input((16, 32, 32, 1)),
+            layers.Conv3D(8, 3, activation="relu", padding="same"),
+            layers.MaxPooling3D(),
+            layers.Conv3D(16, 3, activation="relu"),
+            layers.MaxPooling3D(),
+            layers.Flatten(),
+            layers.Dense(10),
+        ])
+        shape, batch = (16, 32, 32, 1), 16
     else:
         # The small CNN of the training-parity test.
         net = keras.Sequential([
@@ -72,7 +85,7 @@ def build(model: str):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn", "transformer", "lstm"], required=True)
+    parser.add_argument("--model", choices=["mlp", "cnn", "volume", "transformer", "lstm"], required=True)
     parser.add_argument("--steps", type=int, default=60)
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

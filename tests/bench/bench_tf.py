@@ -21,7 +21,9 @@ Prints, in one run:
     4-head attention, layer norms, GELU feed-forward; 64 tokens, batch 32),
     measured as (d) and (e);
 (h) a Keras LSTM's train-step time (LSTM(64) over 20 steps of 16 features,
-    Dense(10); batch 64), measured as (d) and (e).
+    Dense(10); batch 64), measured as (d) and (e);
+(i) a small volumetric CNN's train-step time (Conv3D + MaxPooling3D ×2,
+    Dense; 16×32×32 volumes, batch 16), measured as (d) and (e).
 
 Both devices get the same inputs, placed on the device before timing, and
 every timed batch ends by copying its last result to the host, so queued
@@ -171,7 +173,7 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=60.0, help="seconds the 2048 run may take, or it is skipped")
     parser.add_argument("--train-rounds", type=int, default=5, help="process pairs per Keras model")
     parser.add_argument("--train-steps", type=int, default=60, help="timed train steps per process")
-    parser.add_argument("--skip-keras", action="store_true", help="skip (d), (e) and (g)")
+    parser.add_argument("--skip-keras", action="store_true", help="skip (d), (e), (g), (h) and (i)")
     parser.add_argument("--activation-elements", type=int, default=1 << 20, help="tensor size for (f)")
     args = parser.parse_args()
 
@@ -235,6 +237,7 @@ def main() -> int:
     if not args.skip_keras:
         train_step("g", "transformer", "Keras transformer encoder block, 64 tokens, batch 32")
         train_step("h", "lstm", "Keras LSTM(64), 20 steps of 16 features, batch 64")
+        train_step("i", "volume", "Keras 3-D CNN, 16x32x32 volumes, batch 16")
 
     if not wasm_on.endswith(f"{device_type}:0"):
         print(f"note: MatMul results landed on {short(wasm_on)}: the plugin has no MatMul kernel in this build,")

@@ -4,7 +4,7 @@ Plain Keras 3, nothing tfwasm-specific: the point is that a user's program
 runs unchanged. Used as a script (one training run, results as JSON on the
 last line of stdout) and as a module (the benchmarks build the same models).
 
-    python keras_models.py --model mlp|cnn|separable|dilated|upsample|rnn|transformer|embedding|masked|sequence [--epochs 3]
+    python keras_models.py --model mlp|cnn|separable|dilated|upsample|volume|rnn|transformer|embedding|masked|sequence [--epochs 3]
                            [--jit false|default] [--optimizer adam|sgd|rmsprop|...]
 
 Placement is left to TensorFlow, which puts every op with a WASM kernel on
@@ -47,6 +47,10 @@ def data(model: str):
         # labelled by whether low tokens outnumber high ones.
         x = rng.integers(0, VOCAB, size=(SAMPLES, SEQUENCE)).astype(np.int64)
         y = ((x < VOCAB // 2).sum(axis=1) > SEQUENCE // 2).astype(np.float32)
+    elif model == "volume":
+        # Small volumes, labelled by the mean of a central block.
+        x = rng.random((SAMPLES, 8, 12, 12, 1)).astype(np.float32)
+        y = (x[:, 2:6, 3:9, 3:9, 0].mean(axis=(1, 2, 3)) * 10).astype(np.int64) % 10
     elif model == "rnn":
         x = rng.standard_normal((SAMPLES, 12, 4)).astype(np.float32)
         y = (np.cumsum(x[:, :, 0], axis=1)[:, -1] > 0).astype(np.int64) + 2 * (x[:, -1, 1] > 0)
@@ -138,6 +142,20 @@ def build(model: str):
             layers.GlobalAveragePooling2D(),
             layers.Dense(10),
         ])
+    elif model == "volume":
+        # 3-D convolutions and pooling, as volumetric (medical, video)
+        # models use them: Conv3DTranspose runs Conv3DBackpropInputV2 forward
+        # and Conv3D in its gradient.
+        net = keras.Sequential([
+            keras.Input((8, 12, 12, 1)),
+            layers.Conv3D(4, 3, activation="relu", padding="same"),
+            layers.MaxPooling3D(),
+            layers.Conv3DTranspose(4, 2, strides=2, activation="relu"),
+            layers.Conv3D(8, 3, activation="relu"),
+            layers.AveragePooling3D(2),
+            layers.Flatten(),
+            layers.Dense(10),
+        ])
     elif model == "separable":
         # Depthwise convolutions (DepthwiseConv2dNative and both backprops):
         # one multiplier per channel, then 2 per channel with a stride.
@@ -183,7 +201,7 @@ def compile_model(net, jit_compile, model="mlp", optimizer="adam"):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn", "separable", "dilated", "upsample", "rnn", "transformer", "embedding", "masked", "sequence"], required=True)
+    parser.add_argument("--model", choices=["mlp", "cnn", "separable", "dilated", "upsample", "volume", "rnn", "transformer", "embedding", "masked", "sequence"], required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--jit", choices=["false", "default"], default="false")
     parser.add_argument("--optimizer", default="adam", help="a Keras optimizer name")

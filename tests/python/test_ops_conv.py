@@ -1,5 +1,5 @@
-"""Conv2D and DepthwiseConv2dNative (+ backprops), pooling (+ gradients) and
-FusedBatchNormV3 (+ gradient) on WASM vs TF's CPU.
+"""Conv2D, Conv3D and DepthwiseConv2dNative (+ backprops), 2-D and 3-D
+pooling (+ gradients) and FusedBatchNormV3 (+ gradient) on WASM vs TF's CPU.
 
 Every op runs eagerly and inside a tf.function pinned to the WASM device
 (soft placement off, so a missing kernel fails instead of falling back to the
@@ -7,7 +7,7 @@ CPU), and is compared with the same op on ``/CPU:0``.
 
 Tolerances: convolutions and batch norm rtol=1e-4 with atol=1e-4 × the largest
 expected magnitude (sums in a different order); pooling rtol=1e-5 (max pooling
-and its gradient routing are exact).
+and its gradient routing are exact; 3-D pooling is compared exactly).
 """
 
 import numpy as np
@@ -330,6 +330,112 @@ def test_avg_pool_grad_raw_op(tf, mode):
         orig_input_shape=tf.constant([2, 7, 5, 3]), grad=dy, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1], padding="SAME"
     )
     close(run(tf, mode, f, dy).numpy(), on_cpu(tf, f, dy).numpy(), rtol=1e-5)
+
+
+# ------------------------------------------------------------- 3-D
+
+CONV3D_CASES = [
+    # input, filter, strides, padding, dilations
+    pytest.param([1, 1, 1, 1, 1], [1, 1, 1, 1, 1], 1, "VALID", 1, id="1x1x1-single"),
+    pytest.param([2, 5, 7, 3, 2], [2, 3, 3, 2, 3], 1, "SAME", 1, id="primes-same"),
+    pytest.param([2, 5, 7, 3, 2], [2, 3, 3, 2, 3], 1, "VALID", 1, id="primes-valid"),
+    pytest.param([1, 7, 6, 5, 3], [3, 2, 3, 3, 2], [2, 1, 3], "SAME", 1, id="strided"),
+    pytest.param([2, 3, 4, 5, 4], [1, 1, 1, 4, 3], 1, "VALID", 1, id="pointwise"),
+    pytest.param([0, 4, 4, 4, 2], [2, 2, 2, 2, 3], 1, "SAME", 1, id="batch0"),
+    pytest.param([2, 8, 12, 12, 3], [3, 3, 3, 3, 8], 1, "SAME", 1, id="pooled"),
+    pytest.param([1, 7, 8, 6, 2], [2, 3, 2, 2, 3], 1, "SAME", [2, 1, 3], id="dilated"),
+]
+
+
+@pytest.mark.parametrize("input_shape,filter_shape,strides,padding,dilations", CONV3D_CASES)
+def test_conv3d_and_gradients(tf, mode, input_shape, filter_shape, strides, padding, dilations):
+    x = tf.constant(data(input_shape, 1))
+    w_np = data(filter_shape, 2, scale=1.0)
+    w = tf.constant(w_np)
+    conv = lambda a, b: tf.nn.conv3d(a, b, strides=[1, *np.broadcast_to(strides, 3), 1], padding=padding,
+                                     dilations=[1, *np.broadcast_to(dilations, 3), 1])
+    if dilations == 1:
+        plain, w_ref = conv, w
+    else:
+        # TF's CPU Conv3D refuses dilations > 1: the same convolution with a
+        # zero-stuffed filter is the reference (its filter gradient taken at
+        # the stuffed positions).
+        steps = np.broadcast_to(dilations, 3)
+        stuffed = np.zeros([(k - 1) * d + 1 for k, d in zip(filter_shape[:3], steps)] + filter_shape[3:], np.float32)
+        stuffed[:: steps[0], :: steps[1], :: steps[2]] = w_np
+        plain = lambda a, b: tf.nn.conv3d(a, b, strides=[1, *np.broadcast_to(strides, 3), 1], padding=padding)
+        w_ref = tf.constant(stuffed)
+    dy = tf.constant(data(on_cpu(tf, plain, x, w_ref).shape, 3))
+    y, dx, dw = on_cpu(tf, with_grads(tf, plain), x, w_ref, dy)
+    if dilations != 1:
+        dw = np.asarray(dw)[:: steps[0], :: steps[1], :: steps[2]]
+    got = run(tf, mode, with_grads(tf, conv), x, w, dy)
+    for name, g, e in zip(["conv3d", "d_input", "d_filter"], got, [y, dx, dw]):
+        if mode == "eager":
+            assert on_wasm(g), f"{name} ran on {g.device}"
+        close(g.numpy(), np.asarray(e), what=name)
+
+
+def test_conv3d_transpose_and_gradients(tf, mode):
+    """`Conv3DTranspose` runs Conv3DBackpropInputV2 forward, and Conv3D and
+    Conv3DBackpropFilterV2 in its gradient."""
+    x = tf.constant(data([2, 3, 5, 4, 3], 4))
+    w = tf.constant(data([2, 3, 2, 4, 3], 5, scale=1.0))
+    out_shape = [2, 6, 9, 8, 4]
+    up = lambda a, b: tf.nn.conv3d_transpose(a, b, out_shape, strides=[1, 2, 2, 2, 1], padding="SAME")
+    dy = tf.constant(data(out_shape, 6))
+    expected = on_cpu(tf, with_grads(tf, up), x, w, dy)
+    got = run(tf, mode, with_grads(tf, up), x, w, dy)
+    for name, g, e in zip(["conv3d_transpose", "d_input", "d_filter"], got, expected):
+        if mode == "eager":
+            assert on_wasm(g), f"{name} ran on {g.device}"
+        close(g.numpy(), e.numpy(), what=name)
+
+
+def test_conv3d_ncdhw_is_refused_like_cpu(tf):
+    x = tf.constant(data([1, 2, 4, 5, 5], 1))
+    w = tf.constant(data([3, 3, 3, 2, 4], 2))
+    with pytest.raises(tf.errors.UnimplementedError, match="NDHWC"):
+        with tf.device(WASM):
+            tf.nn.conv3d(x, w, [1, 1, 1, 1, 1], "SAME", data_format="NCDHW")
+
+
+POOL3D_CASES = [
+    pytest.param([1, 1, 1, 1, 1], 1, 1, "VALID", id="1x1x1"),
+    pytest.param([2, 5, 7, 3, 3], 2, 2, "VALID", id="primes-valid"),
+    pytest.param([2, 5, 7, 3, 3], 2, 2, "SAME", id="primes-same"),
+    pytest.param([1, 5, 5, 5, 2], 3, 1, "SAME", id="overlap-same"),
+    pytest.param([2, 4, 7, 5, 1], [1, 3, 2], [1, 2, 1], "VALID", id="rect"),
+    pytest.param([0, 4, 4, 4, 2], 2, 2, "VALID", id="batch0"),
+]
+
+
+@pytest.mark.parametrize("pool", ["max", "avg"])
+@pytest.mark.parametrize("shape,ksize,strides,padding", POOL3D_CASES)
+@pytest.mark.parametrize("ties", [False, True], ids=["random", "ties"])
+def test_pooling3d_and_gradients(tf, mode, pool, shape, ksize, strides, padding, ties):
+    """Exact against the CPU, ties included: TensorFlow's 3-D max-pool
+    gradient shares a window's gradient among its tied maxima."""
+    values = data(shape, 7)
+    if ties:
+        values = np.round(values / 3).astype(np.float32)
+    x = tf.constant(values)
+    op = tf.nn.max_pool3d if pool == "max" else tf.nn.avg_pool3d
+    pool_fn = lambda a: op(a, ksize=ksize, strides=strides, padding=padding)
+    dy = tf.constant(data(on_cpu(tf, pool_fn, x).shape, 8))
+
+    def f(x, dy):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = pool_fn(x)
+        return y, tape.gradient(y, x, output_gradients=dy)
+
+    expected = on_cpu(tf, f, x, dy)
+    got = run(tf, mode, f, x, dy)
+    for name, g, e in zip(["pool3d", "d_input"], got, expected):
+        if mode == "eager":
+            assert on_wasm(g), f"{name} ran on {g.device}"
+        close(g.numpy(), e.numpy(), rtol=0, what=name)
 
 
 # ------------------------------------------------------------ batch norm

@@ -187,6 +187,20 @@ def test_bilinear_upsampling_trains_on_wasm(tmp_path, cpu_policy):
     assert_ran_on_wasm(coverage, {"ResizeBilinear", "ResizeBilinearGrad", "InTopKV2"}, "upsample")
 
 
+def test_volume_convolutions_train_on_wasm(tmp_path, cpu_policy):
+    """Conv3D, Conv3DTranspose, MaxPooling3D and AveragePooling3D, as
+    volumetric models use them: the 3-D convolutions, their backprops and
+    the 3-D pools' gradients run on WASM, and the losses match the CPU's."""
+    wasm, cpu, coverage = train_on_both(["--model", "volume"], "volume", tmp_path, cpu_policy)
+    assert_same_training(wasm, cpu, LOSS_RTOL, "volume")
+    assert_all_on_wasm(coverage, "volume")
+    volume_ops = {
+        "Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
+        "MaxPool3D", "MaxPool3DGrad", "AvgPool3D", "AvgPool3DGrad",
+    }
+    assert_ran_on_wasm(coverage, volume_ops, "volume")
+
+
 def test_masked_recurrence_moves_its_mask_on_wasm(tmp_path, cpu_policy):
     """Embedding(mask_zero=True) → Bidirectional(GRU): the bool mask is
     transposed, reversed (the backward direction), tiled and concatenated

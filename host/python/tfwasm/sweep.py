@@ -632,6 +632,84 @@ def avg_pool_grad_cases(tf, rng):
     return out
 
 
+CONV3D_CASES = [
+    # input, filter, strides, padding (the CPU refuses dilations > 1; the
+    # unit tests cover them)
+    ((1, 1, 1, 1, 1), (1, 1, 1, 1, 1), [1, 1, 1, 1, 1], "VALID"),
+    ((2, 5, 6, 7, 3), (2, 3, 3, 3, 4), [1, 1, 1, 1, 1], "SAME"),
+    ((2, 5, 6, 7, 3), (2, 3, 3, 3, 4), [1, 1, 1, 1, 1], "VALID"),
+    ((1, 7, 5, 6, 2), (3, 2, 3, 2, 3), [1, 2, 1, 2, 1], "SAME"),
+    ((1, 4, 5, 4, 2), (3, 3, 3, 2, 2), [1, 3, 3, 3, 1], "VALID"),
+    ((2, 4, 4, 4, 4), (1, 1, 1, 4, 5), [1, 1, 1, 1, 1], "VALID"),
+    ((0, 3, 3, 3, 2), (2, 2, 2, 2, 2), [1, 1, 1, 1, 1], "SAME"),
+    ((4, 8, 16, 16, 3), (3, 3, 3, 3, 8), [1, 1, 1, 1, 1], "SAME"),
+]
+
+
+def conv3d_cases(tf, rng):
+    return [Case({"input": f32(rng, i), "filter": f32(rng, f), "strides": s, "padding": p}) for i, f, s, p in CONV3D_CASES]
+
+
+def conv3d_output_shape(tf, i, f, s, p):
+    with tf.device("/CPU:0"):
+        return tuple(tf.raw_ops.Conv3D(input=np.zeros(i, np.float32), filter=np.zeros(f, np.float32), strides=s, padding=p).shape)
+
+
+def conv3d_input_grad_cases(tf, rng):
+    return [
+        Case({
+            "input_sizes": np.array(i, t), "filter": f32(rng, f),
+            "out_backprop": f32(rng, conv3d_output_shape(tf, i, f, s, p)), "strides": s, "padding": p,
+        })
+        for n, (i, f, s, p) in enumerate(CONV3D_CASES)
+        for t in [(np.int32, np.int64)[n % 2]]
+    ]
+
+
+def conv3d_filter_grad_cases(tf, rng):
+    return [
+        Case({
+            "input": f32(rng, i), "filter_sizes": np.array(f, np.int32),
+            "out_backprop": f32(rng, conv3d_output_shape(tf, i, f, s, p)), "strides": s, "padding": p,
+        })
+        for i, f, s, p in CONV3D_CASES
+    ]
+
+
+POOL3D_CASES = [
+    ((2, 5, 6, 7, 3), [1, 2, 2, 2, 1], [1, 2, 2, 2, 1], "VALID"),
+    ((2, 5, 6, 7, 3), [1, 2, 2, 2, 1], [1, 2, 2, 2, 1], "SAME"),
+    ((1, 5, 5, 5, 2), [1, 3, 3, 3, 1], [1, 1, 1, 1, 1], "SAME"),
+    ((2, 4, 7, 5, 3), [1, 1, 3, 2, 1], [1, 1, 2, 1, 1], "VALID"),
+    ((1, 1, 1, 1, 1), [1, 1, 1, 1, 1], [1, 1, 1, 1, 1], "VALID"),
+    ((0, 4, 4, 4, 2), [1, 2, 2, 2, 1], [1, 2, 2, 2, 1], "VALID"),
+    ((8, 16, 16, 16, 4), [1, 2, 2, 2, 1], [1, 2, 2, 2, 1], "VALID"),
+]
+
+
+def pool3d_cases(tf, rng):
+    return [Case({"input": f32(rng, i), "ksize": k, "strides": s, "padding": p}) for i, k, s, p in POOL3D_CASES]
+
+
+def max_pool3d_grad_cases(tf, rng):
+    out = []
+    for i, k, s, p in POOL3D_CASES:
+        x = np.round(f32(rng, i) * 2) / 2  # ties inside windows
+        with tf.device("/CPU:0"):
+            y = tf.raw_ops.MaxPool3D(input=x, ksize=k, strides=s, padding=p).numpy()
+        out.append(Case({"orig_input": x, "orig_output": y, "grad": f32(rng, y.shape), "ksize": k, "strides": s, "padding": p}))
+    return out
+
+
+def avg_pool3d_grad_cases(tf, rng):
+    out = []
+    for i, k, s, p in POOL3D_CASES:
+        with tf.device("/CPU:0"):
+            shape = tuple(tf.raw_ops.AvgPool3D(input=np.zeros(i, np.float32), ksize=k, strides=s, padding=p).shape)
+        out.append(Case({"orig_input_shape": np.array(i, np.int32), "grad": f32(rng, shape), "ksize": k, "strides": s, "padding": p}))
+    return out
+
+
 BN_SHAPES = [(2, 5, 7, 3), (1, 1, 1, 1), (4, 3, 3, 16), (0, 2, 2, 3)]
 
 
@@ -1121,6 +1199,13 @@ SPECS: dict[str, Spec] = {
     "MaxPoolGrad": Spec(max_pool_grad_cases, EXACT),
     "AvgPool": Spec(pool_cases("value"), REDUCTION),
     "AvgPoolGrad": Spec(avg_pool_grad_cases, REDUCTION),
+    "Conv3D": Spec(conv3d_cases, PRODUCT),
+    "Conv3DBackpropInputV2": Spec(conv3d_input_grad_cases, PRODUCT),
+    "Conv3DBackpropFilterV2": Spec(conv3d_filter_grad_cases, PRODUCT),
+    "MaxPool3D": Spec(pool3d_cases, EXACT),
+    "MaxPool3DGrad": Spec(max_pool3d_grad_cases, EXACT),
+    "AvgPool3D": Spec(pool3d_cases, EXACT),
+    "AvgPool3DGrad": Spec(avg_pool3d_grad_cases, EXACT),
     "FusedBatchNormV3": Spec(batch_norm_cases, PRODUCT),
     "FusedBatchNormGradV3": Spec(batch_norm_grad_cases, PRODUCT),
     # data movement
@@ -1235,8 +1320,9 @@ def narrow_tolerance(tol: tuple[float, float], dtype: str) -> tuple[float, float
 def retyped_cases(tf, op: str, cases: list[Case], types: dict[str, Callable]) -> list[tuple[str, Case]]:
     """Each float32 case again with its ``T``-typed (``Tparams`` for a
     gather) inputs converted by each of ``types`` (type name → converter of
-    a float32 array); the other inputs (e.g. batch norm's float32 ``U``
-    ones) stay. A case with such an input that is not float32 data is left
+    a float32 array), and ``TInput``-typed ones too (``MaxPool3DGrad``'s
+    forward tensors, which TensorFlow types like its gradient); the other
+    inputs (e.g. batch norm's float32 ``U`` ones) stay. A case with such an input that is not float32 data is left
     out."""
     import inspect
 
@@ -1247,7 +1333,7 @@ def retyped_cases(tf, op: str, cases: list[Case], types: dict[str, Callable]) ->
     # raw_ops take the inputs first, in the OpDef's order, under Python names
     # that may differ (`Select`'s `t`, `e` are `x`, `y`).
     names = list(inspect.signature(getattr(tf.raw_ops, op)).parameters)
-    t_inputs = {names[i] for i, a in enumerate(inputs) if a.type_attr == attr}
+    t_inputs = {names[i] for i, a in enumerate(inputs) if a.type_attr in (attr, "TInput")}
     out = []
     for name, convert in types.items():
         for case in cases:

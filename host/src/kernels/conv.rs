@@ -1,12 +1,16 @@
-//! float32 NHWC `Conv2D`, its two backprops, (in [`depthwise`]) the
-//! depthwise convolution and its backprops, and (in [`pooling`]) max and
-//! average pooling with their gradients.
+//! float32 NHWC `Conv2D`, NDHWC `Conv3D`, their backprops, (in
+//! [`depthwise`]) the depthwise convolution and its backprops, and (in
+//! [`pooling`]) 2-D and 3-D max and average pooling with their gradients.
+//!
+//! 2-D and 3-D convolutions share one geometry with three spatial windows
+//! (planes, rows, columns); a 2-D convolution has a single plane and a 1-tap
+//! plane window, which costs one loop trip.
 //!
 //! Convolution is matrix multiplication on `gemm`: the input patches of a
 //! tile of output pixels are copied into a scratch matrix (im2col, one row
 //! per output pixel, `kh·kw·ic` columns in the filter's HWIO order) and
 //! multiplied by the filter, which is already a row-major `[kh·kw·ic, oc]`
-//! matrix. A 1×1 convolution with stride 1 and no padding skips the copy:
+//! matrix (`[kd·kh·kw·ic, oc]` for a 3-D DHWIO filter). A 1×1 convolution with stride 1 and no padding skips the copy:
 //! the input is the patch matrix. The backprops are the same products
 //! turned around:
 //!
@@ -17,9 +21,10 @@
 //! Tiles are sized to keep the scratch matrix in cache and spread over the
 //! compute pool; small problems run inline on the calling thread.
 //!
-//! Only `data_format = "NHWC"` is implemented; NCHW is refused with
-//! `InvalidArgument` when the kernel is built (TensorFlow's own CPU Conv2D
-//! kernel refuses NCHW as well). Grouped convolution (input depth a multiple
+//! Only `data_format = "NHWC"` / `"NDHWC"` is implemented; channels-first is
+//! refused with `Unimplemented` when the kernel is built (TensorFlow's own
+//! CPU kernels refuse it as well). `Conv3D` accepts dilations, which
+//! TensorFlow's CPU kernel refuses. Grouped convolution (input depth a multiple
 //! of the filter depth) is refused the same way.
 
 mod depthwise;
@@ -36,11 +41,18 @@ use crate::error::Error;
 const T_F32: &[(&str, &[DType])] = types::T_F32;
 
 pub const KERNELS: &[KernelDef] = &[
-    KernelDef::new("Conv2D", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::Forward, a)?))).deferrable(),
-    KernelDef::new("Conv2DBackpropInput", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::BackpropInput, a)?)))
+    KernelDef::new("Conv2D", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::Forward, 2, a)?))).deferrable(),
+    KernelDef::new("Conv2DBackpropInput", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::BackpropInput, 2, a)?)))
         .host_memory(&["input_sizes"])
         .deferrable(),
-    KernelDef::new("Conv2DBackpropFilter", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::BackpropFilter, a)?)))
+    KernelDef::new("Conv2DBackpropFilter", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::BackpropFilter, 2, a)?)))
+        .host_memory(&["filter_sizes"])
+        .deferrable(),
+    KernelDef::new("Conv3D", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::Forward, 3, a)?))).deferrable(),
+    KernelDef::new("Conv3DBackpropInputV2", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::BackpropInput, 3, a)?)))
+        .host_memory(&["input_sizes"])
+        .deferrable(),
+    KernelDef::new("Conv3DBackpropFilterV2", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::BackpropFilter, 3, a)?)))
         .host_memory(&["filter_sizes"])
         .deferrable(),
     KernelDef::new("DepthwiseConv2dNative", T_F32, |a| {
@@ -59,6 +71,15 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("AvgPool", T_F32, |a| Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::AvgPool, a)?))),
     KernelDef::new("AvgPoolGrad", T_F32, |a| Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::AvgPoolGrad, a)?)))
         .host_memory(&["orig_input_shape"]),
+    KernelDef::new("MaxPool3D", T_F32, |a| Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::MaxPool3D, a)?))),
+    KernelDef::new("MaxPool3DGrad", &[("T", types::F32), ("TInput", types::F32)], |a| {
+        Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::MaxPool3DGrad, a)?))
+    }),
+    KernelDef::new("AvgPool3D", T_F32, |a| Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::AvgPool3D, a)?))),
+    KernelDef::new("AvgPool3DGrad", T_F32, |a| {
+        Ok(Box::new(pooling::PoolKernel::new(pooling::PoolOp::AvgPool3DGrad, a)?))
+    })
+    .host_memory(&["orig_input_shape"]),
 ];
 
 /// Below this many multiply-adds a convolution runs on the calling thread.
@@ -211,34 +232,46 @@ impl Window {
     }
 }
 
-/// Reads a 4-element `strides`/`dilations`/`ksize` attribute.
-fn four(op: &str, attrs: &dyn Attrs, name: &str, default: Option<[usize; 4]>) -> Result<[usize; 4], Error> {
-    if !attrs.has(name) {
-        if let Some(default) = default {
-            return Ok(default);
-        }
+/// Reads a `strides`/`dilations`/`ksize` attribute of `len` positive
+/// values (4 for 2-D ops, 5 for 3-D ones); `ones` is the default when the
+/// attribute is absent.
+fn window_attr(op: &str, attrs: &dyn Attrs, name: &str, len: usize, ones: bool) -> Result<Vec<usize>, Error> {
+    if !attrs.has(name) && ones {
+        return Ok(vec![1; len]);
     }
     let values = attrs.ints(name)?;
-    let Ok(values) = <[i64; 4]>::try_from(values.as_slice()) else {
-        return Err(invalid(op, format!("Sliding window {name} field must specify 4 dimensions, got {values:?}")));
-    };
+    if values.len() != len {
+        return Err(invalid(op, format!("Sliding window {name} field must specify {len} dimensions, got {values:?}")));
+    }
     if values.iter().any(|&v| v <= 0) {
         return Err(invalid(op, format!("{name} must be positive, got {values:?}")));
     }
-    Ok(values.map(|v| v as usize))
+    Ok(values.into_iter().map(|v| v as usize).collect())
 }
 
-/// Accepts only NHWC. TensorFlow's CPU kernels refuse NCHW too: Conv2D
-/// with `Unimplemented`, pooling with `InvalidArgument`.
-fn check_nhwc(op: &str, attrs: &dyn Attrs, as_unimplemented: bool) -> Result<(), Error> {
+/// The three spatial extents (planes, rows, columns) of the dimensions
+/// between batch and channels: a 2-D shape has one plane.
+fn spatial3(dims: &[usize]) -> [usize; 3] {
+    match *dims {
+        [d, h, w] => [d, h, w],
+        [h, w] => [1, h, w],
+        _ => unreachable!("spatial dimensions are checked to be 2 or 3"),
+    }
+}
+
+/// Accepts only channels-last (`NHWC` for 2-D ops, `NDHWC` for 3-D ones).
+/// TensorFlow's CPU kernels refuse channels-first too: Conv2D with
+/// `Unimplemented`, pooling with `InvalidArgument`.
+fn check_nhwc(op: &str, attrs: &dyn Attrs, spatial: usize, as_unimplemented: bool) -> Result<(), Error> {
     if !attrs.has("data_format") {
         return Ok(());
     }
+    let expected = if spatial == 3 { "NDHWC" } else { "NHWC" };
     match attrs.string("data_format")?.as_str() {
-        "NHWC" => Ok(()),
+        format if format == expected => Ok(()),
         other => {
             let message = format!(
-                "only the NHWC tensor format is supported on the WASM device (like TensorFlow's CPU kernel); the op was given the format: {other}"
+                "only the {expected} tensor format is supported on the WASM device (like TensorFlow's CPU kernel); the op was given the format: {other}"
             );
             Err(if as_unimplemented { unimplemented(op, message) } else { invalid(op, message) })
         }
@@ -246,8 +279,15 @@ fn check_nhwc(op: &str, attrs: &dyn Attrs, as_unimplemented: bool) -> Result<(),
 }
 
 fn rank4(op: &str, what: &str, shape: &[usize]) -> Result<[usize; 4], Error> {
-    <[usize; 4]>::try_from(shape)
-        .map_err(|_| invalid(op, format!("{what} must be 4-dimensional, got shape {}", ShapeDisplay(shape))))
+    check_rank(op, what, shape, 4)?;
+    <[usize; 4]>::try_from(shape).map_err(|_| unreachable!("rank checked"))
+}
+
+fn check_rank(op: &str, what: &str, shape: &[usize], rank: usize) -> Result<(), Error> {
+    if shape.len() == rank {
+        return Ok(());
+    }
+    Err(invalid(op, format!("{what} must be {rank}-dimensional, got shape {}", ShapeDisplay(shape))))
 }
 
 /// A 4-element int32/int64 shape tensor (`input_sizes`, `filter_sizes`, …).
@@ -357,23 +397,16 @@ enum ConvOp {
     BackpropFilter,
 }
 
-impl ConvOp {
-    fn name(self) -> &'static str {
-        match self {
-            ConvOp::Forward => "Conv2D",
-            ConvOp::BackpropInput => "Conv2DBackpropInput",
-            ConvOp::BackpropFilter => "Conv2DBackpropFilter",
-        }
-    }
-}
-
-/// The window attributes every 2-D convolution reads (`Conv2D`, the
+/// The window attributes every convolution reads (`Conv2D`, `Conv3D`, the
 /// depthwise ops and their backprops), checked the way TensorFlow checks
-/// them.
+/// them. Per spatial dimension: planes, rows, columns; a 2-D op has one
+/// plane with stride and dilation 1.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConvWindows {
-    pub strides: [usize; 2],
-    pub dilations: [usize; 2],
+    /// 2 or 3.
+    pub spatial: usize,
+    pub strides: [usize; 3],
+    pub dilations: [usize; 3],
     pub padding: Padding,
 }
 
@@ -383,60 +416,74 @@ impl ConvWindows {
     pub(crate) fn check_out_backprop(
         &self,
         op: &str,
-        [input, filter, output]: [[usize; 4]; 3],
-        grad: [usize; 4],
+        [input, filter, output]: [&[usize]; 3],
+        grad: &[usize],
     ) -> Result<(), Error> {
         if grad == output {
             return Ok(());
         }
+        let first = 3 - self.spatial;
         Err(invalid(
             op,
             format!(
                 "out_backprop has shape {} but input {} and filter {} (strides {:?}, dilations {:?}, padding {:?}) give {}",
-                ShapeDisplay(&grad),
-                ShapeDisplay(&input),
-                ShapeDisplay(&filter),
-                self.strides,
-                self.dilations,
+                ShapeDisplay(grad),
+                ShapeDisplay(input),
+                ShapeDisplay(filter),
+                &self.strides[first..],
+                &self.dilations[first..],
                 self.padding,
-                ShapeDisplay(&output)
+                ShapeDisplay(output)
             ),
         ))
     }
 
-    /// Reads `strides`, `dilations`, `padding` and `explicit_paddings`, and
-    /// refuses NCHW with `Unimplemented`, as TensorFlow's CPU kernels do.
-    pub(crate) fn from_attrs(name: &str, attrs: &dyn Attrs) -> Result<Self, Error> {
-        check_nhwc(name, attrs, true)?;
-        let strides = four(name, attrs, "strides", None)?;
-        if strides[0] != 1 || strides[3] != 1 {
+    /// Reads `strides`, `dilations`, `padding` and `explicit_paddings` of an
+    /// op with `spatial` (2 or 3) spatial dimensions, and refuses
+    /// channels-first with `Unimplemented`, as TensorFlow's CPU kernels do.
+    pub(crate) fn from_attrs(name: &str, attrs: &dyn Attrs, spatial: usize) -> Result<Self, Error> {
+        check_nhwc(name, attrs, spatial, true)?;
+        let strides = window_attr(name, attrs, "strides", spatial + 2, false)?;
+        if strides[0] != 1 || strides[spatial + 1] != 1 {
             return Err(invalid(
                 name,
                 "Current implementation does not yet support strides in the batch and depth dimensions.",
             ));
         }
-        let dilations = four(name, attrs, "dilations", Some([1, 1, 1, 1]))?;
-        if dilations[0] != 1 || dilations[3] != 1 {
+        let dilations = window_attr(name, attrs, "dilations", spatial + 2, true)?;
+        if dilations[0] != 1 || dilations[spatial + 1] != 1 {
             return Err(invalid(
                 name,
                 "Current implementation does not yet support dilations in the batch and depth dimensions.",
             ));
         }
         let padding = Padding::from_attrs(name, attrs)?;
-        Ok(ConvWindows { strides: [strides[1], strides[2]], dilations: [dilations[1], dilations[2]], padding })
+        Ok(ConvWindows {
+            spatial,
+            strides: spatial3(&strides[1..=spatial]),
+            dilations: spatial3(&dilations[1..=spatial]),
+            padding,
+        })
     }
 
-    /// The row and column windows for an input of `[height, width]` and a
-    /// filter of `[height, width]`.
-    pub(crate) fn windows(&self, name: &str, input: [usize; 2], filter: [usize; 2]) -> Result<[Window; 2], Error> {
+    /// The plane, row and column windows for an input of `[planes, height,
+    /// width]` and a filter of the same extents.
+    pub(crate) fn windows3(&self, name: &str, input: [usize; 3], filter: [usize; 3]) -> Result<[Window; 3], Error> {
         let (er, ec) = match self.padding {
             Padding::Explicit { rows, cols } => (rows, cols),
             _ => ((0, 0), (0, 0)),
         };
-        Ok([
-            Window::new(name, input[0], filter[0], self.strides[0], self.dilations[0], self.padding, er)?,
-            Window::new(name, input[1], filter[1], self.strides[1], self.dilations[1], self.padding, ec)?,
-        ])
+        let window = |i: usize, explicit| {
+            Window::new(name, input[i], filter[i], self.strides[i], self.dilations[i], self.padding, explicit)
+        };
+        Ok([window(0, (0, 0))?, window(1, er)?, window(2, ec)?])
+    }
+
+    /// The row and column windows of a 2-D op for an input of `[height,
+    /// width]` and a filter of `[height, width]`.
+    pub(crate) fn windows(&self, name: &str, input: [usize; 2], filter: [usize; 2]) -> Result<[Window; 2], Error> {
+        let [_, rows, cols] = self.windows3(name, [1, input[0], input[1]], [1, filter[0], filter[1]])?;
+        Ok([rows, cols])
     }
 }
 
@@ -447,21 +494,38 @@ struct ConvKernel {
 }
 
 impl ConvKernel {
-    fn new(op: ConvOp, attrs: &dyn Attrs) -> Result<Self, Error> {
-        Ok(ConvKernel { op, windows: ConvWindows::from_attrs(op.name(), attrs)? })
+    fn new(op: ConvOp, spatial: usize, attrs: &dyn Attrs) -> Result<Self, Error> {
+        let name = Self::op_name(op, spatial);
+        Ok(ConvKernel { op, windows: ConvWindows::from_attrs(name, attrs, spatial)? })
     }
 
-    /// Checks input and filter shapes and computes the output geometry.
-    fn geometry(&self, input: [usize; 4], filter: [usize; 4]) -> Result<ConvGeom, Error> {
-        let name = self.op.name();
-        let [n, ih, iw, ic] = input;
-        let [kh, kw, fic, oc] = filter;
+    fn op_name(op: ConvOp, spatial: usize) -> &'static str {
+        match (op, spatial) {
+            (ConvOp::Forward, 3) => "Conv3D",
+            (ConvOp::BackpropInput, 3) => "Conv3DBackpropInputV2",
+            (ConvOp::BackpropFilter, 3) => "Conv3DBackpropFilterV2",
+            (ConvOp::Forward, _) => "Conv2D",
+            (ConvOp::BackpropInput, _) => "Conv2DBackpropInput",
+            (ConvOp::BackpropFilter, _) => "Conv2DBackpropFilter",
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        Self::op_name(self.op, self.windows.spatial)
+    }
+
+    /// Checks input and filter shapes (of rank `spatial + 2`, checked by the
+    /// caller) and computes the output geometry.
+    fn geometry(&self, input: &[usize], filter: &[usize]) -> Result<ConvGeom, Error> {
+        let (name, s) = (self.name(), self.windows.spatial);
+        let (n, ic) = (input[0], input[s + 1]);
+        let (fic, oc) = (filter[s], filter[s + 1]);
         if filter.contains(&0) {
             return Err(invalid(
                 name,
                 format!(
                     "filter must not have zero elements (i.e. all dimensions must be non-zero), got shape {}",
-                    ShapeDisplay(&filter)
+                    ShapeDisplay(filter)
                 ),
             ));
         }
@@ -471,8 +535,8 @@ impl ConvKernel {
                     name,
                     format!(
                         "grouped convolution (input depth {ic}, filter depth {fic}) is not supported on the WASM device; input {} filter {}",
-                        ShapeDisplay(&input),
-                        ShapeDisplay(&filter)
+                        ShapeDisplay(input),
+                        ShapeDisplay(filter)
                     ),
                 ));
             }
@@ -480,15 +544,21 @@ impl ConvKernel {
                 name,
                 format!(
                     "input depth must be evenly divisible by filter depth: {ic} vs {fic} (input {}, filter {})",
-                    ShapeDisplay(&input),
-                    ShapeDisplay(&filter)
+                    ShapeDisplay(input),
+                    ShapeDisplay(filter)
                 ),
             ));
         }
-        let [rows, cols] = self.windows.windows(name, [ih, iw], [kh, kw])?;
-        let geom = ConvGeom { n, ic, oc, rows, cols };
-        let total = [n, rows.output, cols.output, oc.max(ic)].iter().try_fold(1usize, |a, &b| a.checked_mul(b));
-        let k_ok = geom.k().checked_mul(oc).is_some_and(|v| isize::try_from(v).is_ok());
+        let [planes, rows, cols] = self.windows.windows3(name, spatial3(&input[1..=s]), spatial3(&filter[..s]))?;
+        let geom = ConvGeom { n, ic, oc, spatial: s, planes, rows, cols };
+        let total = [n, planes.output.max(planes.input), rows.output.max(rows.input), cols.output.max(cols.input)]
+            .iter()
+            .chain([&oc.max(ic)])
+            .try_fold(1usize, |a, &b| a.checked_mul(b));
+        let k_ok = (planes.size * rows.size * cols.size)
+            .checked_mul(ic)
+            .and_then(|k| k.checked_mul(oc))
+            .is_some_and(|v| isize::try_from(v).is_ok());
         if total.is_none_or(|t| isize::try_from(t).is_err()) || !k_ok {
             return Err(invalid(name, "shapes are too large"));
         }
@@ -502,67 +572,97 @@ struct ConvGeom {
     n: usize,
     ic: usize,
     oc: usize,
+    /// 2 or 3: whether shapes have a planes dimension.
+    spatial: usize,
+    planes: Window,
     rows: Window,
     cols: Window,
 }
 
 impl ConvGeom {
-    /// Columns of the patch matrix: `kh·kw·ic`.
+    /// Columns of the patch matrix: `kd·kh·kw·ic`.
     fn k(&self) -> usize {
-        self.rows.size * self.cols.size * self.ic
+        self.planes.size * self.rows.size * self.cols.size * self.ic
     }
 
     /// Output pixels per image.
     fn pixels(&self) -> usize {
-        self.rows.output * self.cols.output
+        self.planes.output * self.rows.output * self.cols.output
     }
 
     fn image_len(&self) -> usize {
-        self.rows.input * self.cols.input * self.ic
+        self.planes.input * self.rows.input * self.cols.input * self.ic
     }
 
-    fn input_shape(&self) -> [usize; 4] {
-        [self.n, self.rows.input, self.cols.input, self.ic]
+    /// `[outer, (planes), rows, cols, inner…]` from one extent per window.
+    fn shape(&self, outer: usize, extent: impl Fn(&Window) -> usize, inner: &[usize]) -> Vec<usize> {
+        let mut shape = vec![outer];
+        if self.spatial == 3 {
+            shape.push(extent(&self.planes));
+        }
+        shape.extend([extent(&self.rows), extent(&self.cols)]);
+        shape.extend_from_slice(inner);
+        shape
     }
 
-    fn output_shape(&self) -> [usize; 4] {
-        [self.n, self.rows.output, self.cols.output, self.oc]
+    fn input_shape(&self) -> Vec<usize> {
+        self.shape(self.n, |w| w.input, &[self.ic])
     }
 
-    fn filter_shape(&self) -> [usize; 4] {
-        [self.rows.size, self.cols.size, self.ic, self.oc]
+    fn output_shape(&self) -> Vec<usize> {
+        self.shape(self.n, |w| w.output, &[self.oc])
+    }
+
+    fn filter_shape(&self) -> Vec<usize> {
+        let mut shape = self.shape(0, |w| w.size, &[self.ic, self.oc]);
+        shape.remove(0);
+        shape
     }
 
     /// A 1×1 window with stride 1 and no padding: the input (as an
-    /// `[n·h·w, ic]` matrix) is the patch matrix.
+    /// `[n·d·h·w, ic]` matrix) is the patch matrix.
     fn is_pointwise(&self) -> bool {
         let plain = |w: &Window| w.size == 1 && w.stride == 1 && w.pad_before == 0 && w.output == w.input;
-        plain(&self.rows) && plain(&self.cols)
+        plain(&self.planes) && plain(&self.rows) && plain(&self.cols)
     }
 
-    /// Patch rows (output pixels) per scratch tile: whole output rows.
+    /// Output lines: (plane, row) pairs, each `cols.output` pixels long.
+    fn lines(&self) -> usize {
+        self.planes.output * self.rows.output
+    }
+
+    /// Patch rows (output pixels) per scratch tile: whole output lines.
     fn tile_rows(&self) -> usize {
         let ow = self.cols.output.max(1);
-        let rows = (TILE_FLOATS / (self.k() * ow)).clamp(1, self.rows.output.max(1));
-        rows * ow
+        let lines = (TILE_FLOATS / (self.k() * ow)).clamp(1, self.lines().max(1));
+        lines * ow
     }
 
-    /// Copies the patches of whole output rows, starting at within-image
+    /// The input line (`plane · height + row`) that window taps `(kd, ky)`
+    /// of output line `line` read, if it is inside the input.
+    #[inline]
+    fn source_line(&self, line: usize, kd: usize, ky: usize) -> Option<usize> {
+        let oh = self.rows.output.max(1);
+        let id = self.planes.source(line / oh, kd)?;
+        let iy = self.rows.source(line % oh, ky)?;
+        Some(id * self.rows.input + iy)
+    }
+
+    /// Copies the patches of whole output lines, starting at within-image
     /// pixel `first` (a multiple of the output width), of image `image` into
     /// `cols` (one row of `k` per output pixel). Loops run per window element
-    /// over a row of output pixels, so no index needs a division.
+    /// over a line of output pixels, so no index needs a division.
     fn im2col(&self, image: &[f32], first: usize, cols: &mut [f32]) {
-        let (k, ic, rows_w, cols_w) = (self.k(), self.ic, self.rows, self.cols);
+        let (k, ic, cols_w) = (self.k(), self.ic, self.cols);
         let (ow, iw) = (cols_w.output, cols_w.input);
-        let oy0 = first / ow;
+        let line0 = first / ow;
         for (r, block) in cols.chunks_exact_mut(ow * k).enumerate() {
-            let oy = oy0 + r;
-            for ky in 0..rows_w.size {
-                let iy = rows_w.source(oy, ky);
+            for (kd, ky) in self.line_taps() {
+                let line = self.source_line(line0 + r, kd, ky);
                 for kx in 0..cols_w.size {
-                    let off = (ky * cols_w.size + kx) * ic;
-                    let valid = if iy.is_some() { cols_w.valid_outputs(kx) } else { 0..0 };
-                    let row = &image[iy.unwrap_or(0) * iw * ic..];
+                    let off = ((kd * self.rows.size + ky) * cols_w.size + kx) * ic;
+                    let valid = if line.is_some() { cols_w.valid_outputs(kx) } else { 0..0 };
+                    let row = &image[line.unwrap_or(0) * iw * ic..];
                     let source = |ox: usize| (ox * cols_w.stride + kx * cols_w.dilation - cols_w.pad_before) * ic;
                     if ic == 1 {
                         for ox in 0..ow {
@@ -584,19 +684,24 @@ impl ConvGeom {
         }
     }
 
-    /// Adds the patches in `cols` (whole output rows from pixel `first`)
+    /// The (plane, row) taps of the window, in filter order.
+    fn line_taps(&self) -> impl Iterator<Item = (usize, usize)> {
+        let rows = self.rows.size;
+        (0..self.planes.size).flat_map(move |kd| (0..rows).map(move |ky| (kd, ky)))
+    }
+
+    /// Adds the patches in `cols` (whole output lines from pixel `first`)
     /// back into `image`: the adjoint of [`Self::im2col`].
     fn col2im(&self, cols: &[f32], first: usize, image: &mut [f32]) {
-        let (k, ic, rows_w, cols_w) = (self.k(), self.ic, self.rows, self.cols);
+        let (k, ic, cols_w) = (self.k(), self.ic, self.cols);
         let (ow, iw) = (cols_w.output, cols_w.input);
-        let oy0 = first / ow;
+        let line0 = first / ow;
         for (r, block) in cols.chunks_exact(ow * k).enumerate() {
-            let oy = oy0 + r;
-            for ky in 0..rows_w.size {
-                let Some(iy) = rows_w.source(oy, ky) else { continue };
-                let row = &mut image[iy * iw * ic..(iy + 1) * iw * ic];
+            for (kd, ky) in self.line_taps() {
+                let Some(line) = self.source_line(line0 + r, kd, ky) else { continue };
+                let row = &mut image[line * iw * ic..(line + 1) * iw * ic];
                 for kx in 0..cols_w.size {
-                    let off = (ky * cols_w.size + kx) * ic;
+                    let off = ((kd * self.rows.size + ky) * cols_w.size + kx) * ic;
                     let source = |ox: usize| (ox * cols_w.stride + kx * cols_w.dilation - cols_w.pad_before) * ic;
                     if ic == 1 {
                         for ox in cols_w.valid_outputs(kx) {
@@ -753,44 +858,53 @@ impl ConvGeom {
 
 impl Kernel for ConvKernel {
     fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
-        let name = self.op.name();
+        let (name, rank) = (self.name(), self.windows.spatial + 2);
         if self.op == ConvOp::Forward {
             expect_inputs(name, ctx, 2)?;
             let (a, b) = (ctx.input(0)?, ctx.input(1)?);
-            let geom = self.geometry(rank4(name, "input", a.shape())?, rank4(name, "filter", b.shape())?)?;
+            check_rank(name, "input", a.shape(), rank)?;
+            check_rank(name, "filter", b.shape(), rank)?;
+            let geom = self.geometry(a.shape(), b.shape())?;
             let mut out = ctx.allocate_output(0, &geom.output_shape())?;
             return geom.forward(a.data()?, b.data()?, out.data_mut()?);
         }
         expect_inputs(name, ctx, 3)?;
         let (a, b, c) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        let grad = c.shape();
+        check_rank(name, "out_backprop", grad, rank)?;
         match self.op {
             ConvOp::Forward => Err(Error::Internal("Conv2D handled above".into())),
             ConvOp::BackpropInput => {
-                let filter = rank4(name, "filter", b.shape())?;
-                let grad = rank4(name, "out_backprop", c.shape())?;
-                let sizes = shape_arg(name, "input_sizes", &a)?;
-                let input = match *sizes.as_slice() {
-                    [n, h, w, d] => [n, h, w, d],
-                    [h, w] => [grad[0], h, w, filter[2]],
-                    _ => {
-                        return Err(invalid(
-                            name,
-                            format!("requires input_sizes to contain 4 values or 2 values, but got: {}", sizes.len()),
-                        ))
-                    }
-                };
-                let geom = self.geometry(input, filter)?;
+                let filter = b.shape();
+                check_rank(name, "filter", filter, rank)?;
+                let mut input = shape_arg(name, "input_sizes", &a)?;
+                if rank == 4 && input.len() == 2 {
+                    // Conv2DBackpropInput also takes only [height, width].
+                    input = vec![grad[0], input[0], input[1], filter[2]];
+                }
+                if input.len() != rank {
+                    let expected = if rank == 4 { "4 values or 2 values" } else { "5 values" };
+                    return Err(invalid(
+                        name,
+                        format!("requires input_sizes to contain {expected}, but got: {}", input.len()),
+                    ));
+                }
+                let geom = self.geometry(&input, filter)?;
                 self.check_grad(&geom, grad)?;
                 let mut out = ctx.allocate_output(0, &geom.input_shape())?;
                 geom.backprop_input(c.data()?, b.data()?, out.data_mut()?)
             }
             ConvOp::BackpropFilter => {
-                let input = rank4(name, "input", a.shape())?;
-                let grad = rank4(name, "out_backprop", c.shape())?;
-                let sizes = shape_arg(name, "filter_sizes", &b)?;
-                let filter = <[usize; 4]>::try_from(sizes.as_slice())
-                    .map_err(|_| invalid(name, format!("filter_sizes must contain 4 values, got {}", sizes.len())))?;
-                let geom = self.geometry(input, filter)?;
+                let input = a.shape();
+                check_rank(name, "input", input, rank)?;
+                let filter = shape_arg(name, "filter_sizes", &b)?;
+                if filter.len() != rank {
+                    return Err(invalid(
+                        name,
+                        format!("filter_sizes must contain {rank} values, got {}", filter.len()),
+                    ));
+                }
+                let geom = self.geometry(input, &filter)?;
                 self.check_grad(&geom, grad)?;
                 let mut out = ctx.allocate_output(0, &geom.filter_shape())?;
                 geom.backprop_filter(a.data()?, c.data()?, out.data_mut()?)
@@ -800,11 +914,13 @@ impl Kernel for ConvKernel {
 }
 
 impl ConvKernel {
-    fn check_grad(&self, geom: &ConvGeom, grad: [usize; 4]) -> Result<(), Error> {
+    fn check_grad(&self, geom: &ConvGeom, grad: &[usize]) -> Result<(), Error> {
         let shapes = [geom.input_shape(), geom.filter_shape(), geom.output_shape()];
-        self.windows.check_out_backprop(self.op.name(), shapes, grad)
+        self.windows.check_out_backprop(self.name(), [&shapes[0], &shapes[1], &shapes[2]], grad)
     }
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod volume_tests;

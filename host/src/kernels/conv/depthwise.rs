@@ -103,7 +103,7 @@ pub(super) struct DepthwiseKernel {
 
 impl DepthwiseKernel {
     pub(super) fn new(op: DepthwiseOp, attrs: &dyn Attrs) -> Result<Self, Error> {
-        Ok(DepthwiseKernel { op, windows: ConvWindows::from_attrs(op.name(), attrs)? })
+        Ok(DepthwiseKernel { op, windows: ConvWindows::from_attrs(op.name(), attrs, 2)? })
     }
 
     /// Checks input and filter shapes and computes the output geometry.
@@ -136,7 +136,7 @@ impl DepthwiseKernel {
 
     fn check_grad(&self, geom: &DepthwiseGeom, grad: [usize; 4]) -> Result<(), Error> {
         let shapes = [geom.input_shape(), geom.filter_shape(), geom.output_shape()];
-        self.windows.check_out_backprop(self.op.name(), shapes, grad)
+        self.windows.check_out_backprop(self.op.name(), [&shapes[0], &shapes[1], &shapes[2]], &grad)
     }
 
     /// A 4-value `input_sizes` / `filter_sizes` argument.

@@ -1,4 +1,6 @@
-//! float32 NHWC `MaxPool`, `MaxPoolGrad`, `AvgPool` and `AvgPoolGrad`.
+//! float32 NHWC `MaxPool`, `MaxPoolGrad`, `AvgPool` and `AvgPoolGrad`, and
+//! their NDHWC 3-D forms (`MaxPool3D`, …). A 2-D pool is a 3-D one with a
+//! single plane.
 //!
 //! Every output pixel's window is clipped to the input (padding never takes
 //! part: SAME max pooling ignores it and SAME average pooling divides by the
@@ -10,9 +12,13 @@
 //! TensorFlow's CPU kernel does (`SpatialMaxPoolWithArgMaxHelper`): the
 //! first in-window element in row-major order starts the maximum and only a
 //! strictly greater one replaces it, so ties send the gradient to the first
-//! maximum. Images are independent and spread over the compute pool.
+//! maximum. `MaxPool3DGrad` follows TensorFlow's 3-D CPU kernel instead:
+//! every window element within 1e-5 of `orig_output` receives the gradient,
+//! so ties share it. `AvgPool3DGrad` scales by the reciprocal of the window
+//! count, as that kernel does. Images are independent and spread over the
+//! compute pool.
 
-use super::{check_nhwc, four, invalid, rank4, shape_arg, unimplemented, Padding, Window};
+use super::{check_nhwc, check_rank, invalid, shape_arg, spatial3, unimplemented, window_attr, Padding, Window};
 use crate::error::Error;
 use crate::kernels::shape::ShapeDisplay;
 use crate::kernels::{expect_inputs, pool, Attrs, Kernel, OpContext};
@@ -26,6 +32,10 @@ pub(super) enum PoolOp {
     MaxPoolGrad,
     AvgPool,
     AvgPoolGrad,
+    MaxPool3D,
+    MaxPool3DGrad,
+    AvgPool3D,
+    AvgPool3DGrad,
 }
 
 impl PoolOp {
@@ -35,6 +45,18 @@ impl PoolOp {
             PoolOp::MaxPoolGrad => "MaxPoolGrad",
             PoolOp::AvgPool => "AvgPool",
             PoolOp::AvgPoolGrad => "AvgPoolGrad",
+            PoolOp::MaxPool3D => "MaxPool3D",
+            PoolOp::MaxPool3DGrad => "MaxPool3DGrad",
+            PoolOp::AvgPool3D => "AvgPool3D",
+            PoolOp::AvgPool3DGrad => "AvgPool3DGrad",
+        }
+    }
+
+    /// 2 or 3.
+    fn spatial(self) -> usize {
+        match self {
+            PoolOp::MaxPool | PoolOp::MaxPoolGrad | PoolOp::AvgPool | PoolOp::AvgPoolGrad => 2,
+            PoolOp::MaxPool3D | PoolOp::MaxPool3DGrad | PoolOp::AvgPool3D | PoolOp::AvgPool3DGrad => 3,
         }
     }
 }
@@ -42,65 +64,78 @@ impl PoolOp {
 #[derive(Debug)]
 pub(super) struct PoolKernel {
     op: PoolOp,
-    ksize: [usize; 2],
-    strides: [usize; 2],
+    /// Planes, rows, columns; a 2-D pool has a 1-plane window.
+    ksize: [usize; 3],
+    strides: [usize; 3],
     padding: Padding,
 }
 
 impl PoolKernel {
     pub(super) fn new(op: PoolOp, attrs: &dyn Attrs) -> Result<Self, Error> {
-        let name = op.name();
-        check_nhwc(name, attrs, false)?;
-        let ksize = four(name, attrs, "ksize", None)?;
-        let strides = four(name, attrs, "strides", None)?;
+        let (name, spatial) = (op.name(), op.spatial());
+        check_nhwc(name, attrs, spatial, false)?;
+        let ksize = window_attr(name, attrs, "ksize", spatial + 2, false)?;
+        let strides = window_attr(name, attrs, "strides", spatial + 2, false)?;
         if ksize[0] != 1 || strides[0] != 1 {
             return Err(unimplemented(name, "Pooling is not yet supported on the batch dimension."));
         }
-        if ksize[3] != 1 || strides[3] != 1 {
+        if ksize[spatial + 1] != 1 || strides[spatial + 1] != 1 {
             return Err(unimplemented(
                 name,
                 format!("pooling over the depth dimension is not supported on the WASM device (ksize {ksize:?}, strides {strides:?})"),
             ));
         }
         let padding = Padding::from_attrs(name, attrs)?;
-        Ok(PoolKernel { op, ksize: [ksize[1], ksize[2]], strides: [strides[1], strides[2]], padding })
+        Ok(PoolKernel { op, ksize: spatial3(&ksize[1..=spatial]), strides: spatial3(&strides[1..=spatial]), padding })
     }
 
-    fn geometry(&self, input: [usize; 4]) -> Result<PoolGeom, Error> {
+    fn rank(&self) -> usize {
+        self.op.spatial() + 2
+    }
+
+    /// Checks the input shape (its rank is checked here) and computes the
+    /// output geometry.
+    fn geometry(&self, what: &str, input: &[usize]) -> Result<PoolGeom, Error> {
         let name = self.op.name();
-        let [n, h, w, depth] = input;
+        check_rank(name, what, input, self.rank())?;
+        let s = self.op.spatial();
+        let (n, depth) = (input[0], input[s + 1]);
+        let extents = spatial3(&input[1..=s]);
         let (er, ec) = match self.padding {
             Padding::Explicit { rows, cols } => (rows, cols),
             _ => ((0, 0), (0, 0)),
         };
-        let rows = Window::new(name, h, self.ksize[0], self.strides[0], 1, self.padding, er)?;
-        let cols = Window::new(name, w, self.ksize[1], self.strides[1], 1, self.padding, ec)?;
-        let fits = [n, rows.output.max(h), cols.output.max(w), depth]
-            .iter()
-            .try_fold(1usize, |a, &b| a.checked_mul(b))
-            .is_some_and(|t| isize::try_from(t).is_ok());
+        let window = |i: usize, explicit| {
+            Window::new(name, extents[i], self.ksize[i], self.strides[i], 1, self.padding, explicit)
+        };
+        let (planes, rows, cols) = (window(0, (0, 0))?, window(1, er)?, window(2, ec)?);
+        let fits =
+            [n, planes.output.max(planes.input), rows.output.max(rows.input), cols.output.max(cols.input), depth]
+                .iter()
+                .try_fold(1usize, |a, &b| a.checked_mul(b))
+                .is_some_and(|t| isize::try_from(t).is_ok());
         if !fits {
-            return Err(invalid(name, format!("input shape {} is too large", ShapeDisplay(&input))));
+            return Err(invalid(name, format!("input shape {} is too large", ShapeDisplay(input))));
         }
-        Ok(PoolGeom { n, depth, rows, cols })
+        Ok(PoolGeom { n, depth, spatial: s, planes, rows, cols })
     }
 
-    fn check_shape(&self, what: &str, got: [usize; 4], expected: [usize; 4]) -> Result<(), Error> {
+    fn check_shape(&self, what: &str, got: &[usize], expected: &[usize]) -> Result<(), Error> {
         if got == expected {
-            Ok(())
-        } else {
-            Err(invalid(
-                self.op.name(),
-                format!(
-                    "Expected {what} shape to be {}, but got {} (ksize {:?}, strides {:?}, padding {:?})",
-                    ShapeDisplay(&expected),
-                    ShapeDisplay(&got),
-                    self.ksize,
-                    self.strides,
-                    self.padding
-                ),
-            ))
+            return Ok(());
         }
+        let first = 3 - self.op.spatial();
+        Err(invalid(
+            self.op.name(),
+            format!(
+                "Expected {what} shape to be {}, but got {} (ksize {:?}, strides {:?}, padding {:?})",
+                ShapeDisplay(expected),
+                ShapeDisplay(got),
+                &self.ksize[first..],
+                &self.strides[first..],
+                self.padding
+            ),
+        ))
     }
 }
 
@@ -108,33 +143,43 @@ impl Kernel for PoolKernel {
     fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
         let name = self.op.name();
         match self.op {
-            PoolOp::MaxPool | PoolOp::AvgPool => {
+            PoolOp::MaxPool | PoolOp::AvgPool | PoolOp::MaxPool3D | PoolOp::AvgPool3D => {
                 expect_inputs(name, ctx, 1)?;
                 let input = ctx.input(0)?;
-                let geom = self.geometry(rank4(name, "input", input.shape())?)?;
+                let geom = self.geometry("input", input.shape())?;
                 let mut out = ctx.allocate_output(0, &geom.output_shape())?;
-                geom.forward(self.op == PoolOp::MaxPool, input.data()?, out.data_mut()?);
+                let max = matches!(self.op, PoolOp::MaxPool | PoolOp::MaxPool3D);
+                geom.forward(max, input.data()?, out.data_mut()?);
                 Ok(())
             }
-            PoolOp::MaxPoolGrad => {
+            PoolOp::MaxPoolGrad | PoolOp::MaxPool3DGrad => {
                 expect_inputs(name, ctx, 3)?;
                 let (input, output, grad) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
-                let geom = self.geometry(rank4(name, "tensor_in", input.shape())?)?;
-                self.check_shape("orig_output", rank4(name, "tensor_out", output.shape())?, geom.output_shape())?;
-                self.check_shape("grad", rank4(name, "out_backprop", grad.shape())?, geom.output_shape())?;
+                let geom = self.geometry("tensor_in", input.shape())?;
+                check_rank(name, "tensor_out", output.shape(), self.rank())?;
+                check_rank(name, "out_backprop", grad.shape(), self.rank())?;
+                self.check_shape("orig_output", output.shape(), &geom.output_shape())?;
+                self.check_shape("grad", grad.shape(), &geom.output_shape())?;
                 let mut out = ctx.allocate_output(0, &geom.input_shape())?;
-                geom.max_grad(input.data()?, grad.data()?, out.data_mut()?);
+                // The 3-D kernel matches against `orig_output`; the 2-D one
+                // recomputes the argmax.
+                let pooled = if self.op == PoolOp::MaxPool3DGrad { Some(output.data()?) } else { None };
+                geom.max_grad(input.data()?, pooled, grad.data()?, out.data_mut()?);
                 Ok(())
             }
-            PoolOp::AvgPoolGrad => {
+            PoolOp::AvgPoolGrad | PoolOp::AvgPool3DGrad => {
                 expect_inputs(name, ctx, 2)?;
                 let (shape, grad) = (ctx.input(0)?, ctx.input(1)?);
                 let sizes = shape_arg(name, "orig_input_shape", &shape)?;
-                let input = <[usize; 4]>::try_from(sizes.as_slice()).map_err(|_| {
-                    invalid(name, format!("orig_input_shape must have 4 elements, got {}", sizes.len()))
-                })?;
-                let geom = self.geometry(input)?;
-                self.check_shape("grad", rank4(name, "out_backprop", grad.shape())?, geom.output_shape())?;
+                if sizes.len() != self.rank() {
+                    return Err(invalid(
+                        name,
+                        format!("orig_input_shape must have {} elements, got {}", self.rank(), sizes.len()),
+                    ));
+                }
+                let geom = self.geometry("orig_input_shape", &sizes)?;
+                check_rank(name, "out_backprop", grad.shape(), self.rank())?;
+                self.check_shape("grad", grad.shape(), &geom.output_shape())?;
                 let mut out = ctx.allocate_output(0, &geom.input_shape())?;
                 geom.avg_grad(grad.data()?, out.data_mut()?);
                 Ok(())
@@ -147,29 +192,41 @@ impl Kernel for PoolKernel {
 struct PoolGeom {
     n: usize,
     depth: usize,
+    /// 2 or 3: whether shapes have a planes dimension.
+    spatial: usize,
+    planes: Window,
     rows: Window,
     cols: Window,
 }
 
 impl PoolGeom {
-    fn input_shape(&self) -> [usize; 4] {
-        [self.n, self.rows.input, self.cols.input, self.depth]
+    fn shape(&self, extent: impl Fn(&Window) -> usize) -> Vec<usize> {
+        let mut shape = vec![self.n];
+        if self.spatial == 3 {
+            shape.push(extent(&self.planes));
+        }
+        shape.extend([extent(&self.rows), extent(&self.cols), self.depth]);
+        shape
     }
 
-    fn output_shape(&self) -> [usize; 4] {
-        [self.n, self.rows.output, self.cols.output, self.depth]
+    fn input_shape(&self) -> Vec<usize> {
+        self.shape(|w| w.input)
+    }
+
+    fn output_shape(&self) -> Vec<usize> {
+        self.shape(|w| w.output)
     }
 
     fn in_image(&self) -> usize {
-        self.rows.input * self.cols.input * self.depth
+        self.planes.input * self.rows.input * self.cols.input * self.depth
     }
 
     fn out_image(&self) -> usize {
-        self.rows.output * self.cols.output * self.depth
+        self.planes.output * self.rows.output * self.cols.output * self.depth
     }
 
     fn parallel(&self) -> bool {
-        let work = (self.n * self.out_image()).saturating_mul(self.rows.size * self.cols.size);
+        let work = (self.n * self.out_image()).saturating_mul(self.planes.size * self.rows.size * self.cols.size);
         work >= PARALLEL_MIN_WORK && self.n > 1 && pool::threads() > 1
     }
 
@@ -189,15 +246,48 @@ impl PoolGeom {
         }
     }
 
-    /// The offsets (in elements, within one image) of the rows of the
-    /// window of output pixel `(oy, ox)` that lie inside the input, in
-    /// row-major order.
-    fn window(&self, oy: usize, ox: usize) -> impl Iterator<Item = usize> + '_ {
-        let (rows, cols, depth) = (self.rows, self.cols, self.depth);
+    /// Output pixels `(plane, row, column)` of one image, in memory order.
+    fn outputs(&self) -> impl Iterator<Item = [usize; 3]> {
+        let (od, oh, ow) = (self.planes.output, self.rows.output, self.cols.output);
+        (0..od).flat_map(move |p| (0..oh).flat_map(move |y| (0..ow).map(move |x| [p, y, x])))
+    }
+
+    /// Output pixels in the order TensorFlow's CPU gradient kernels add
+    /// their windows up: memory order in 2-D; in 3-D columns outermost and
+    /// planes innermost (its loops run over the dimensions reversed).
+    fn grad_outputs(&self) -> impl Iterator<Item = [usize; 3]> {
+        let (od, oh, ow) = (self.planes.output, self.rows.output, self.cols.output);
+        let volume = self.spatial == 3;
+        let (outer, inner) = if volume { (ow, od) } else { (od, ow) };
+        (0..outer).flat_map(move |a| {
+            (0..oh).flat_map(move |y| (0..inner).map(move |b| if volume { [b, y, a] } else { [a, y, b] }))
+        })
+    }
+
+    /// The offset of output pixel `o`'s channels within one output image.
+    fn output_offset(&self, [p, y, x]: [usize; 3]) -> usize {
+        ((p * self.rows.output + y) * self.cols.output + x) * self.depth
+    }
+
+    /// Input elements in the window of output pixel `o` that lie inside the
+    /// input: one clipped extent per dimension.
+    fn window_len(&self, [p, y, x]: [usize; 3]) -> usize {
+        self.planes.valid_range(p).len() * self.rows.valid_range(y).len() * self.cols.valid_range(x).len()
+    }
+
+    /// The offsets (in elements, within one image) of the window elements
+    /// of output pixel `o` that lie inside the input, in row-major order.
+    fn window(&self, [op, oy, ox]: [usize; 3]) -> impl Iterator<Item = usize> + '_ {
+        let (planes, rows, cols, depth) = (self.planes, self.rows, self.cols, self.depth);
         let x_range = cols.valid_range(ox);
-        rows.valid_range(oy).flat_map(move |ky| {
-            let iy = oy * rows.stride + ky - rows.pad_before;
-            x_range.clone().map(move |kx| (iy * cols.input + ox * cols.stride + kx - cols.pad_before) * depth)
+        let y_range = rows.valid_range(oy);
+        planes.valid_range(op).flat_map(move |kd| {
+            let ip = op * planes.stride + kd - planes.pad_before;
+            let x_range = x_range.clone();
+            y_range.clone().flat_map(move |ky| {
+                let line = ip * rows.input + oy * rows.stride + ky - rows.pad_before;
+                x_range.clone().map(move |kx| (line * cols.input + ox * cols.stride + kx - cols.pad_before) * depth)
+            })
         })
     }
 
@@ -205,61 +295,70 @@ impl PoolGeom {
         let (in_image, depth) = (self.in_image(), self.depth);
         self.per_image(out, self.out_image(), |image, out_image| {
             let src = &input[image * in_image..(image + 1) * in_image];
-            let mut pixels = out_image.chunks_exact_mut(depth);
-            for oy in 0..self.rows.output {
-                for ox in 0..self.cols.output {
-                    let Some(dst) = pixels.next() else { return };
-                    if max {
-                        dst.fill(f32::MIN);
-                        for offset in self.window(oy, ox) {
-                            for (d, &s) in dst.iter_mut().zip(&src[offset..offset + depth]) {
-                                *d = if s > *d { s } else { *d };
-                            }
+            for (o, dst) in self.outputs().zip(out_image.chunks_exact_mut(depth)) {
+                if max {
+                    dst.fill(f32::MIN);
+                    for offset in self.window(o) {
+                        for (d, &s) in dst.iter_mut().zip(&src[offset..offset + depth]) {
+                            *d = if s > *d { s } else { *d };
                         }
-                    } else {
-                        dst.fill(0.0);
-                        let mut count = 0usize;
-                        for offset in self.window(oy, ox) {
-                            count += 1;
-                            for (d, &s) in dst.iter_mut().zip(&src[offset..offset + depth]) {
-                                *d += s;
-                            }
-                        }
-                        let count = count as f32;
-                        dst.iter_mut().for_each(|d| *d /= count);
                     }
+                } else {
+                    dst.fill(0.0);
+                    for offset in self.window(o) {
+                        for (d, &s) in dst.iter_mut().zip(&src[offset..offset + depth]) {
+                            *d += s;
+                        }
+                    }
+                    let count = self.window_len(o) as f32;
+                    dst.iter_mut().for_each(|d| *d /= count);
                 }
             }
         });
     }
 
-    fn max_grad(&self, input: &[f32], grad: &[f32], dinput: &mut [f32]) {
+    /// The gradient of max pooling. With `pooled` (the forward output, 3-D
+    /// pooling) every element within 1e-5 of its window's maximum receives
+    /// the gradient; without, the first maximum in the window does.
+    fn max_grad(&self, input: &[f32], pooled: Option<&[f32]>, grad: &[f32], dinput: &mut [f32]) {
         let (in_image, out_image, depth) = (self.in_image(), self.out_image(), self.depth);
         self.per_image(dinput, in_image, |image, dimage| {
             dimage.fill(0.0);
             let src = &input[image * in_image..(image + 1) * in_image];
             let grad_image = &grad[image * out_image..(image + 1) * out_image];
-            let mut best = vec![0.0f32; depth];
-            let mut arg = vec![0usize; depth];
-            let mut grads = grad_image.chunks_exact(depth);
-            for oy in 0..self.rows.output {
-                for ox in 0..self.cols.output {
-                    let Some(g) = grads.next() else { return };
-                    let mut window = self.window(oy, ox);
-                    let Some(first) = window.next() else { continue };
-                    best.copy_from_slice(&src[first..first + depth]);
-                    arg.fill(first);
-                    for offset in window {
-                        for ((b, a), &s) in best.iter_mut().zip(arg.iter_mut()).zip(&src[offset..offset + depth]) {
-                            if s > *b {
-                                *b = s;
-                                *a = offset;
+            if let Some(pooled) = pooled {
+                let pooled_image = &pooled[image * out_image..(image + 1) * out_image];
+                for o in self.grad_outputs() {
+                    let at = self.output_offset(o);
+                    let (g, m) = (&grad_image[at..at + depth], &pooled_image[at..at + depth]);
+                    for offset in self.window(o) {
+                        let (d, s) = (&mut dimage[offset..offset + depth], &src[offset..offset + depth]);
+                        for (((d, &s), &m), &g) in d.iter_mut().zip(s).zip(m).zip(g) {
+                            if (s - m).abs() < 1e-5 {
+                                *d += g;
                             }
                         }
                     }
-                    for (c, (&a, &g)) in arg.iter().zip(g).enumerate() {
-                        dimage[a + c] += g;
+                }
+                return;
+            }
+            let mut best = vec![0.0f32; depth];
+            let mut arg = vec![0usize; depth];
+            for (o, g) in self.outputs().zip(grad_image.chunks_exact(depth)) {
+                let mut window = self.window(o);
+                let Some(first) = window.next() else { continue };
+                best.copy_from_slice(&src[first..first + depth]);
+                arg.fill(first);
+                for offset in window {
+                    for ((b, a), &s) in best.iter_mut().zip(arg.iter_mut()).zip(&src[offset..offset + depth]) {
+                        if s > *b {
+                            *b = s;
+                            *a = offset;
+                        }
                     }
+                }
+                for (c, (&a, &g)) in arg.iter().zip(g).enumerate() {
+                    dimage[a + c] += g;
                 }
             }
         });
@@ -267,23 +366,24 @@ impl PoolGeom {
 
     fn avg_grad(&self, grad: &[f32], dinput: &mut [f32]) {
         let (out_image, depth) = (self.out_image(), self.depth);
+        // TensorFlow's 2-D kernel divides by the window count; its 3-D one
+        // multiplies by the count's reciprocal.
+        let reciprocal = self.spatial == 3;
         self.per_image(dinput, self.in_image(), |image, dimage| {
             dimage.fill(0.0);
             let grad_image = &grad[image * out_image..(image + 1) * out_image];
-            let mut grads = grad_image.chunks_exact(depth);
-            for oy in 0..self.rows.output {
-                let rows = self.rows.valid_range(oy).len();
-                for ox in 0..self.cols.output {
-                    let Some(g) = grads.next() else { return };
-                    let count = rows * self.cols.valid_range(ox).len();
-                    if count == 0 {
-                        continue;
-                    }
-                    let count = count as f32;
-                    for offset in self.window(oy, ox) {
-                        for (d, &g) in dimage[offset..offset + depth].iter_mut().zip(g) {
-                            *d += g / count;
-                        }
+            for o in self.grad_outputs() {
+                let at = self.output_offset(o);
+                let g = &grad_image[at..at + depth];
+                let count = self.window_len(o);
+                if count == 0 {
+                    continue;
+                }
+                let count = count as f32;
+                let scale = 1.0 / count;
+                for offset in self.window(o) {
+                    for (d, &g) in dimage[offset..offset + depth].iter_mut().zip(g) {
+                        *d += if reciprocal { g * scale } else { g / count };
                     }
                 }
             }

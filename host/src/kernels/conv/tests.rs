@@ -434,7 +434,7 @@ fn invalid_pooling_is_an_error() {
 fn bench_keras_shapes() {
     for (input, filter) in [([32, 28, 28, 1], [3, 3, 1, 8]), ([32, 14, 14, 8], [3, 3, 8, 16])] {
         let c = case(input, filter, [1, 1], [1, 1], "VALID");
-        let geom = ConvKernel::new(ConvOp::Forward, &c.attrs()).unwrap().geometry(input, filter).unwrap();
+        let geom = ConvKernel::new(ConvOp::Forward, 2, &c.attrs()).unwrap().geometry(&input, &filter).unwrap();
         let x = values(input.iter().product(), 1);
         let w = values(filter.iter().product(), 2);
         let out_len: usize = geom.output_shape().iter().product();
