@@ -638,14 +638,20 @@ impl ConvGeom {
         lines * ow
     }
 
-    /// The input line (`plane · height + row`) that window taps `(kd, ky)`
-    /// of output line `line` read, if it is inside the input.
-    #[inline]
-    fn source_line(&self, line: usize, kd: usize, ky: usize) -> Option<usize> {
+    /// Fills `sources` with, for each (plane, row) tap of the window of
+    /// output line `line` (a (plane, row) pair) in filter order (`kd·kh +
+    /// ky`), the input line (`plane · height + row`) it reads, if that is
+    /// inside the input.
+    fn line_sources(&self, line: usize, sources: &mut Vec<Option<usize>>) {
         let oh = self.rows.output.max(1);
-        let id = self.planes.source(line / oh, kd)?;
-        let iy = self.rows.source(line % oh, ky)?;
-        Some(id * self.rows.input + iy)
+        let (od, oy) = (line / oh, line % oh);
+        sources.clear();
+        for kd in 0..self.planes.size {
+            let id = self.planes.source(od, kd);
+            sources.extend(
+                (0..self.rows.size).map(|ky| id.and_then(|id| Some(id * self.rows.input + self.rows.source(oy, ky)?))),
+            );
+        }
     }
 
     /// Copies the patches of whole output lines, starting at within-image
@@ -656,11 +662,12 @@ impl ConvGeom {
         let (k, ic, cols_w) = (self.k(), self.ic, self.cols);
         let (ow, iw) = (cols_w.output, cols_w.input);
         let line0 = first / ow;
+        let mut sources = Vec::with_capacity(self.planes.size * self.rows.size);
         for (r, block) in cols.chunks_exact_mut(ow * k).enumerate() {
-            for (kd, ky) in self.line_taps() {
-                let line = self.source_line(line0 + r, kd, ky);
+            self.line_sources(line0 + r, &mut sources);
+            for (tap, &line) in sources.iter().enumerate() {
                 for kx in 0..cols_w.size {
-                    let off = ((kd * self.rows.size + ky) * cols_w.size + kx) * ic;
+                    let off = (tap * cols_w.size + kx) * ic;
                     let valid = if line.is_some() { cols_w.valid_outputs(kx) } else { 0..0 };
                     let row = &image[line.unwrap_or(0) * iw * ic..];
                     let source = |ox: usize| (ox * cols_w.stride + kx * cols_w.dilation - cols_w.pad_before) * ic;
@@ -684,24 +691,20 @@ impl ConvGeom {
         }
     }
 
-    /// The (plane, row) taps of the window, in filter order.
-    fn line_taps(&self) -> impl Iterator<Item = (usize, usize)> {
-        let rows = self.rows.size;
-        (0..self.planes.size).flat_map(move |kd| (0..rows).map(move |ky| (kd, ky)))
-    }
-
     /// Adds the patches in `cols` (whole output lines from pixel `first`)
     /// back into `image`: the adjoint of [`Self::im2col`].
     fn col2im(&self, cols: &[f32], first: usize, image: &mut [f32]) {
         let (k, ic, cols_w) = (self.k(), self.ic, self.cols);
         let (ow, iw) = (cols_w.output, cols_w.input);
         let line0 = first / ow;
+        let mut sources = Vec::with_capacity(self.planes.size * self.rows.size);
         for (r, block) in cols.chunks_exact(ow * k).enumerate() {
-            for (kd, ky) in self.line_taps() {
-                let Some(line) = self.source_line(line0 + r, kd, ky) else { continue };
+            self.line_sources(line0 + r, &mut sources);
+            for (tap, &line) in sources.iter().enumerate() {
+                let Some(line) = line else { continue };
                 let row = &mut image[line * iw * ic..(line + 1) * iw * ic];
                 for kx in 0..cols_w.size {
-                    let off = ((kd * self.rows.size + ky) * cols_w.size + kx) * ic;
+                    let off = (tap * cols_w.size + kx) * ic;
                     let source = |ox: usize| (ox * cols_w.stride + kx * cols_w.dilation - cols_w.pad_before) * ic;
                     if ic == 1 {
                         for ox in cols_w.valid_outputs(kx) {

@@ -246,22 +246,31 @@ impl PoolGeom {
         }
     }
 
-    /// Output pixels `(plane, row, column)` of one image, in memory order.
-    fn outputs(&self) -> impl Iterator<Item = [usize; 3]> {
+    /// Calls `f` with each output pixel `(plane, row, column)` of one image:
+    /// in memory order, or with `grad_order` in the order TensorFlow's CPU
+    /// gradient kernels add their windows up: memory order in 2-D, columns
+    /// outermost and planes innermost in 3-D (its loops run over the
+    /// dimensions reversed).
+    #[inline]
+    fn for_each_output(&self, grad_order: bool, mut f: impl FnMut([usize; 3])) {
         let (od, oh, ow) = (self.planes.output, self.rows.output, self.cols.output);
-        (0..od).flat_map(move |p| (0..oh).flat_map(move |y| (0..ow).map(move |x| [p, y, x])))
-    }
-
-    /// Output pixels in the order TensorFlow's CPU gradient kernels add
-    /// their windows up: memory order in 2-D; in 3-D columns outermost and
-    /// planes innermost (its loops run over the dimensions reversed).
-    fn grad_outputs(&self) -> impl Iterator<Item = [usize; 3]> {
-        let (od, oh, ow) = (self.planes.output, self.rows.output, self.cols.output);
-        let volume = self.spatial == 3;
-        let (outer, inner) = if volume { (ow, od) } else { (od, ow) };
-        (0..outer).flat_map(move |a| {
-            (0..oh).flat_map(move |y| (0..inner).map(move |b| if volume { [b, y, a] } else { [a, y, b] }))
-        })
+        if grad_order && self.spatial == 3 {
+            for x in 0..ow {
+                for y in 0..oh {
+                    for p in 0..od {
+                        f([p, y, x]);
+                    }
+                }
+            }
+        } else {
+            for p in 0..od {
+                for y in 0..oh {
+                    for x in 0..ow {
+                        f([p, y, x]);
+                    }
+                }
+            }
+        }
     }
 
     /// The offset of output pixel `o`'s channels within one output image.
@@ -275,45 +284,56 @@ impl PoolGeom {
         self.planes.valid_range(p).len() * self.rows.valid_range(y).len() * self.cols.valid_range(x).len()
     }
 
-    /// The offsets (in elements, within one image) of the window elements
-    /// of output pixel `o` that lie inside the input, in row-major order.
-    fn window(&self, [op, oy, ox]: [usize; 3]) -> impl Iterator<Item = usize> + '_ {
+    /// Calls `f` with the offset (in elements, within one image) of each
+    /// window element of output pixel `o` that lies inside the input, in
+    /// row-major order. Plain loops: pooling's inner work is one row of
+    /// channels, so iterator adapters would cost as much as the work.
+    #[inline]
+    fn for_window(&self, [op, oy, ox]: [usize; 3], mut f: impl FnMut(usize)) {
         let (planes, rows, cols, depth) = (self.planes, self.rows, self.cols, self.depth);
-        let x_range = cols.valid_range(ox);
-        let y_range = rows.valid_range(oy);
-        planes.valid_range(op).flat_map(move |kd| {
+        let (y_range, x_range) = (rows.valid_range(oy), cols.valid_range(ox));
+        if x_range.is_empty() {
+            return;
+        }
+        // The first column inside the input, and how many follow it.
+        let (x_first, width) = (ox * cols.stride + x_range.start - cols.pad_before, x_range.len());
+        for kd in planes.valid_range(op) {
             let ip = op * planes.stride + kd - planes.pad_before;
-            let x_range = x_range.clone();
-            y_range.clone().flat_map(move |ky| {
+            for ky in y_range.clone() {
                 let line = ip * rows.input + oy * rows.stride + ky - rows.pad_before;
-                x_range.clone().map(move |kx| (line * cols.input + ox * cols.stride + kx - cols.pad_before) * depth)
-            })
-        })
+                let start = line * cols.input + x_first;
+                for x in start..start + width {
+                    f(x * depth);
+                }
+            }
+        }
     }
 
     fn forward(&self, max: bool, input: &[f32], out: &mut [f32]) {
         let (in_image, depth) = (self.in_image(), self.depth);
         self.per_image(out, self.out_image(), |image, out_image| {
             let src = &input[image * in_image..(image + 1) * in_image];
-            for (o, dst) in self.outputs().zip(out_image.chunks_exact_mut(depth)) {
+            self.for_each_output(false, |o| {
+                let at = self.output_offset(o);
+                let dst = &mut out_image[at..at + depth];
                 if max {
                     dst.fill(f32::MIN);
-                    for offset in self.window(o) {
+                    self.for_window(o, |offset| {
                         for (d, &s) in dst.iter_mut().zip(&src[offset..offset + depth]) {
                             *d = if s > *d { s } else { *d };
                         }
-                    }
+                    });
                 } else {
                     dst.fill(0.0);
-                    for offset in self.window(o) {
+                    self.for_window(o, |offset| {
                         for (d, &s) in dst.iter_mut().zip(&src[offset..offset + depth]) {
                             *d += s;
                         }
-                    }
+                    });
                     let count = self.window_len(o) as f32;
                     dst.iter_mut().for_each(|d| *d /= count);
                 }
-            }
+            });
         });
     }
 
@@ -328,39 +348,50 @@ impl PoolGeom {
             let grad_image = &grad[image * out_image..(image + 1) * out_image];
             if let Some(pooled) = pooled {
                 let pooled_image = &pooled[image * out_image..(image + 1) * out_image];
-                for o in self.grad_outputs() {
+                self.for_each_output(true, |o| {
                     let at = self.output_offset(o);
                     let (g, m) = (&grad_image[at..at + depth], &pooled_image[at..at + depth]);
-                    for offset in self.window(o) {
+                    self.for_window(o, |offset| {
                         let (d, s) = (&mut dimage[offset..offset + depth], &src[offset..offset + depth]);
                         for (((d, &s), &m), &g) in d.iter_mut().zip(s).zip(m).zip(g) {
                             if (s - m).abs() < 1e-5 {
                                 *d += g;
                             }
                         }
-                    }
-                }
+                    });
+                });
                 return;
             }
             let mut best = vec![0.0f32; depth];
             let mut arg = vec![0usize; depth];
-            for (o, g) in self.outputs().zip(grad_image.chunks_exact(depth)) {
-                let mut window = self.window(o);
-                let Some(first) = window.next() else { continue };
-                best.copy_from_slice(&src[first..first + depth]);
-                arg.fill(first);
-                for offset in window {
-                    for ((b, a), &s) in best.iter_mut().zip(arg.iter_mut()).zip(&src[offset..offset + depth]) {
-                        if s > *b {
-                            *b = s;
-                            *a = offset;
-                        }
+            self.for_each_output(false, |o| {
+                let at = self.output_offset(o);
+                let g = &grad_image[at..at + depth];
+                let mut any = false;
+                self.for_window(o, |offset| {
+                    let s = &src[offset..offset + depth];
+                    if !any {
+                        best.copy_from_slice(s);
+                        arg.fill(offset);
+                        any = true;
+                        return;
                     }
+                    // Selects, not branches: on real data the comparison
+                    // is a coin toss, and a mispredicted branch per element
+                    // cost more than the rest of the gradient.
+                    for ((b, a), &s) in best.iter_mut().zip(arg.iter_mut()).zip(s) {
+                        let take = usize::from(s > *b).wrapping_neg(); // all ones or zero
+                        *b = f32::from_bits(b.to_bits() ^ ((b.to_bits() ^ s.to_bits()) & take as u32));
+                        *a ^= (*a ^ offset) & take;
+                    }
+                });
+                if !any {
+                    return;
                 }
                 for (c, (&a, &g)) in arg.iter().zip(g).enumerate() {
                     dimage[a + c] += g;
                 }
-            }
+            });
         });
     }
 
@@ -372,21 +403,21 @@ impl PoolGeom {
         self.per_image(dinput, self.in_image(), |image, dimage| {
             dimage.fill(0.0);
             let grad_image = &grad[image * out_image..(image + 1) * out_image];
-            for o in self.grad_outputs() {
+            self.for_each_output(true, |o| {
                 let at = self.output_offset(o);
                 let g = &grad_image[at..at + depth];
                 let count = self.window_len(o);
                 if count == 0 {
-                    continue;
+                    return;
                 }
                 let count = count as f32;
                 let scale = 1.0 / count;
-                for offset in self.window(o) {
+                self.for_window(o, |offset| {
                     for (d, &g) in dimage[offset..offset + depth].iter_mut().zip(g) {
                         *d += if reciprocal { g * scale } else { g / count };
                     }
-                }
-            }
+                });
+            });
         });
     }
 }
