@@ -4,7 +4,7 @@ Plain Keras 3, nothing tfwasm-specific: the point is that a user's program
 runs unchanged. Used as a script (one training run, results as JSON on the
 last line of stdout) and as a module (the benchmarks build the same models).
 
-    python keras_models.py --model mlp|cnn|separable|dilated|upsample|volume|rnn|transformer|embedding|masked|sequence [--epochs 3]
+    python keras_models.py --model mlp|cnn|separable|dilated|upsample|volume|augment|rnn|transformer|embedding|masked|sequence [--epochs 3]
                            [--jit false|default] [--optimizer adam|sgd|rmsprop|...]
 
 Placement is left to TensorFlow, which puts every op with a WASM kernel on
@@ -156,6 +156,24 @@ def build(model: str):
             layers.Flatten(),
             layers.Dense(10),
         ])
+    elif model == "augment":
+        # Image augmentation inside the model, as Keras recommends for
+        # accelerators: flips, rotations, zooms and translations (a
+        # projective transform each, their matrices from sines and cosines)
+        # and a nearest-neighbour resize. Both runs draw the same random
+        # transforms from the same seeds.
+        net = keras.Sequential([
+            keras.Input((28, 28, 1)),
+            layers.RandomFlip("horizontal"),
+            layers.RandomRotation(0.1),
+            layers.RandomZoom(0.1),
+            layers.RandomTranslation(0.1, 0.1),
+            layers.Resizing(24, 24, interpolation="nearest"),
+            layers.Conv2D(8, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dense(10),
+        ])
     elif model == "separable":
         # Depthwise convolutions (DepthwiseConv2dNative and both backprops):
         # one multiplier per channel, then 2 per channel with a stride.
@@ -201,7 +219,7 @@ def compile_model(net, jit_compile, model="mlp", optimizer="adam"):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["mlp", "cnn", "separable", "dilated", "upsample", "volume", "rnn", "transformer", "embedding", "masked", "sequence"], required=True)
+    parser.add_argument("--model", choices=["mlp", "cnn", "separable", "dilated", "upsample", "volume", "augment", "rnn", "transformer", "embedding", "masked", "sequence"], required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--jit", choices=["false", "default"], default="false")
     parser.add_argument("--optimizer", default="adam", help="a Keras optimizer name")

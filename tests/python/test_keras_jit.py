@@ -262,7 +262,7 @@ for name, layers in [
 
 def test_jit_control_flow_falls_back_op_by_op(run_tf):
     """`tf.cond`, `tf.switch_case` and `tf.while_loop` traced for XLA, each
-    with an op tfwasm has no kernel for (cosine and sine), in a
+    with an op tfwasm has no kernel for (log-gamma and digamma), in a
     jit function called from a graph on WASM: the branches and the loop body
     run, the ops without a WASM kernel on the CPU, and the results are the
     CPU device's, bit for bit, on 0-size, 1-element, prime and 2-D inputs."""
@@ -270,9 +270,9 @@ def test_jit_control_flow_falls_back_op_by_op(run_tf):
         """
 @tf.function(jit_compile=True)
 def inner(x, k):
-    y = tf.cond(tf.reduce_sum(x) > 0, lambda: tf.math.cos(x * 2.0), lambda: x - 1.0)
-    z = tf.switch_case(k, [lambda: y + 1.0, lambda: tf.math.sin(y)])
-    _, acc = tf.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, tf.math.cos(a) * 0.5), (0, z))
+    y = tf.cond(tf.reduce_sum(x) > 0, lambda: tf.math.lgamma(x * 2.0 + 3.0), lambda: x - 1.0)
+    z = tf.switch_case(k, [lambda: y + 1.0, lambda: tf.math.digamma(y + 3.0)])
+    _, acc = tf.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, tf.math.lgamma(a + 3.0) * 0.5), (0, z))
     return acc
 
 @tf.function

@@ -201,6 +201,19 @@ def test_volume_convolutions_train_on_wasm(tmp_path, cpu_policy):
     assert_ran_on_wasm(coverage, volume_ops, "volume")
 
 
+def test_augmentation_layers_train_on_wasm(tmp_path, cpu_policy):
+    """RandomFlip, RandomRotation, RandomZoom, RandomTranslation and a
+    nearest-neighbour Resizing in the model: the projective transforms, the
+    sines and cosines of their matrices and the resize run on WASM, drawing
+    the same random transforms as the CPU (Philox, bit-identical), and the
+    losses match the CPU's."""
+    wasm, cpu, coverage = train_on_both(["--model", "augment"], "augment", tmp_path, cpu_policy)
+    assert_same_training(wasm, cpu, LOSS_RTOL, "augment")
+    assert_all_on_wasm(coverage, "augment")
+    augment_ops = {"ImageProjectiveTransformV3", "Sin", "Cos", "ResizeNearestNeighbor", "StatelessRandomUniformV2"}
+    assert_ran_on_wasm(coverage, augment_ops, "augment")
+
+
 def test_masked_recurrence_moves_its_mask_on_wasm(tmp_path, cpu_policy):
     """Embedding(mask_zero=True) → Bidirectional(GRU): the bool mask is
     transposed, reversed (the backward direction), tiled and concatenated

@@ -345,6 +345,63 @@ def resize_bilinear_cases(tf, rng):
     return out
 
 
+def resize_nearest_cases(tf, rng):
+    return [
+        Case({"images": f32(rng, shape), "size": np.array(size, np.int32), "align_corners": align, "half_pixel_centers": half})
+        for shape, size in RESIZES
+        for align, half in RESIZE_MODES
+    ]
+
+
+def resize_nearest_grad_cases(tf, rng):
+    """Gradients back to the image sizes of [`RESIZES`]: several outputs
+    land on one pixel when the resize shrank."""
+    return [
+        Case({"grads": f32(rng, (shape[0], *size, shape[3])), "size": np.array(shape[1:3], np.int32),
+              "align_corners": align, "half_pixel_centers": half})
+        for shape, size in RESIZES
+        for align, half in RESIZE_MODES
+    ]
+
+
+def projective_transforms(rng, n):
+    """Transform rows: identity, a rotation about the centre with a shift, a
+    zoom, a projective one, and random ones reaching far outside the image
+    (the fill modes' wrap-arounds)."""
+    a = 0.6
+    rotate = [np.cos(a), -np.sin(a), 3.0, np.sin(a), np.cos(a), -2.0, 0.0, 0.0]
+    return np.array([
+        [1, 0, 0, 0, 1, 0, 0, 0],
+        rotate,
+        [0.7, 0, 1.5, 0, 1.3, -0.5, 0, 0],
+        [1.1, 0.2, -1, -0.1, 0.9, 2, 0.01, -0.02],
+        *[rng.uniform(-3, 3, 6).tolist() + [0, 0] for _ in range(max(0, n - 4))],
+    ], np.float32)[:n] if n else np.zeros((0, 8), np.float32)
+
+
+def projective_transform_cases(tf, rng):
+    out = []
+    for interpolation in ("NEAREST", "BILINEAR"):
+        for mode in ("REFLECT", "WRAP", "CONSTANT", "NEAREST"):
+            for images, rows, size in [((6, 7, 9, 3), 6, (7, 9)), ((2, 5, 4, 1), 1, (8, 3)), ((1, 1, 1, 2), 1, (3, 2))]:
+                # One row for the batch: the rotation.
+                transforms = projective_transforms(rng, rows) if rows > 1 else projective_transforms(rng, 2)[1:]
+                out.append(Case({
+                    "images": f32(rng, images), "transforms": transforms, "output_shape": np.array(size, np.int32),
+                    "fill_value": np.float32(0.5), "interpolation": interpolation, "fill_mode": mode,
+                }))
+    # An empty batch, and a transform whose projection is 0 on one pixel.
+    out.append(Case({
+        "images": f32(rng, (0, 4, 4, 2)), "transforms": np.zeros((0, 8), np.float32),
+        "output_shape": np.array([3, 3], np.int32), "fill_value": np.float32(0), "interpolation": "BILINEAR", "fill_mode": "REFLECT",
+    }))
+    out.append(Case({
+        "images": f32(rng, (1, 4, 4, 2)), "transforms": np.array([[1, 0, 0, 0, 1, 0, -0.5, 0]], np.float32),
+        "output_shape": np.array([4, 4], np.int32), "fill_value": np.float32(-1), "interpolation": "BILINEAR", "fill_mode": "CONSTANT",
+    }))
+    return out
+
+
 def resize_bilinear_grad_cases(tf, rng):
     out = []
     for shape, size in RESIZES:
@@ -1139,6 +1196,9 @@ SPECS: dict[str, Spec] = {
     "Tanh": Spec(unary(-6, 6), TRANSCENDENTAL),
     "Sigmoid": Spec(unary(-10, 10), TRANSCENDENTAL),
     "Erf": Spec(unary(-3, 3), TRANSCENDENTAL),
+    "Sin": Spec(unary(-10, 10), TRANSCENDENTAL),
+    "Cos": Spec(unary(-10, 10), TRANSCENDENTAL),
+    "Tan": Spec(unary(-1.5, 1.5), TRANSCENDENTAL),
     # Down to ~1e-38 for x near 9 (relative tolerance), and 2 - tiny for x < -4.
     "Erfc": Spec(unary(-6, 9.2), TRANSCENDENTAL),
     "Sign": Spec(unary(), EXACT),
@@ -1175,6 +1235,9 @@ SPECS: dict[str, Spec] = {
     "TopKV2": Spec(top_k_cases, EXACT),
     "ScatterNd": Spec(scatter_nd_cases, EXACT),
     "ResizeBilinear": Spec(resize_bilinear_cases, EXACT),
+    "ImageProjectiveTransformV3": Spec(projective_transform_cases, EXACT),
+    "ResizeNearestNeighbor": Spec(resize_nearest_cases, EXACT),
+    "ResizeNearestNeighborGrad": Spec(resize_nearest_grad_cases, EXACT),
     # Bit-equal but where many outputs land on one input pixel (corners of a
     # 1-pixel image): TensorFlow sums those in another order.
     "ResizeBilinearGrad": Spec(resize_bilinear_grad_cases, REDUCTION),

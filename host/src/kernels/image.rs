@@ -1,6 +1,10 @@
 //! Image resizing: `ResizeBilinear` and its gradient, what Keras' `Resizing`
 //! and `UpSampling2D(interpolation="bilinear")` layers run (through
-//! `tf.image.resize`, with half-pixel centres).
+//! `tf.image.resize`, with half-pixel centres); `ResizeNearestNeighbor` and
+//! its gradient (`Resizing(interpolation="nearest")`, the same taps'
+//! nearest pixel copied or added back); and (in [`projective`]) the
+//! projective transform Keras' random rotation, zoom, translation and shear
+//! layers run.
 //!
 //! Both follow TensorFlow's CPU kernels to the bit: the source coordinate of
 //! an output pixel is `y·scale` (or `(y + ½)·scale − ½` with half-pixel
@@ -15,6 +19,8 @@
 //! in another order. Images of a batch are independent and run on the pool
 //! side by side.
 
+mod projective;
+
 use super::movement::checked_count;
 use super::pool;
 use super::shape::ShapeDisplay;
@@ -25,8 +31,17 @@ use crate::error::Error;
 const RESIZE_TYPES: &[(&str, &[DType])] = &[("T", &[DType::F32, DType::U8])];
 
 pub const KERNELS: &[KernelDef] = &[
-    KernelDef::new("ResizeBilinear", RESIZE_TYPES, |a| Ok(Box::new(Resize::read(a, false)?))).host_memory(&["size"]),
-    KernelDef::new("ResizeBilinearGrad", types::T_F32, |a| Ok(Box::new(Resize::read(a, true)?))),
+    KernelDef::new("ResizeBilinear", RESIZE_TYPES, |a| Ok(Box::new(Resize::read(a, false, false)?)))
+        .host_memory(&["size"]),
+    KernelDef::new("ResizeBilinearGrad", types::T_F32, |a| Ok(Box::new(Resize::read(a, true, false)?))),
+    KernelDef::new("ResizeNearestNeighbor", types::T_F32, |a| Ok(Box::new(Resize::read(a, false, true)?)))
+        .host_memory(&["size"]),
+    KernelDef::new("ResizeNearestNeighborGrad", types::T_F32, |a| Ok(Box::new(Resize::read(a, true, true)?)))
+        .host_memory(&["size"]),
+    KernelDef::new("ImageProjectiveTransformV3", &[("dtype", &[DType::F32])], |a| {
+        Ok(Box::new(projective::Projective::read(a)?))
+    })
+    .host_memory(&["output_shape", "fill_value"]),
 ];
 
 /// Below this many output elements a resize runs on the calling thread.
@@ -36,10 +51,12 @@ struct Resize {
     align_corners: bool,
     half_pixel_centers: bool,
     grad: bool,
+    /// Nearest-neighbour instead of bilinear.
+    nearest: bool,
 }
 
 /// Where output row (or column) `i` reads from: two neighbours and the
-/// weight of the second.
+/// weight of the second (for nearest-neighbour resizing, `lower` only).
 #[derive(Clone, Copy)]
 struct Tap {
     lower: usize,
@@ -48,16 +65,18 @@ struct Tap {
 }
 
 impl Resize {
-    fn read(attrs: &dyn Attrs, grad: bool) -> Result<Resize, Error> {
+    fn read(attrs: &dyn Attrs, grad: bool, nearest: bool) -> Result<Resize, Error> {
         let flag = |name: &str| -> Result<bool, Error> { Ok(attrs.has(name) && attrs.bool(name)?) };
-        Ok(Resize { align_corners: flag("align_corners")?, half_pixel_centers: flag("half_pixel_centers")?, grad })
+        let (align_corners, half_pixel_centers) = (flag("align_corners")?, flag("half_pixel_centers")?);
+        Ok(Resize { align_corners, half_pixel_centers, grad, nearest })
     }
 
     fn op(&self) -> &'static str {
-        if self.grad {
-            "ResizeBilinearGrad"
-        } else {
-            "ResizeBilinear"
+        match (self.nearest, self.grad) {
+            (false, false) => "ResizeBilinear",
+            (false, true) => "ResizeBilinearGrad",
+            (true, false) => "ResizeNearestNeighbor",
+            (true, true) => "ResizeNearestNeighborGrad",
         }
     }
 
@@ -68,6 +87,19 @@ impl Resize {
         } else {
             in_size as f32 / out_size as f32
         };
+        if self.nearest {
+            // The pixel whose centre is nearest: the scaled coordinate
+            // (with half-pixel centres `(i + ½)·scale`, no `− ½`) floored,
+            // or rounded half away from zero with aligned corners.
+            return (0..out_size)
+                .map(|i| {
+                    let at = if self.half_pixel_centers { (i as f32 + 0.5) * scale } else { i as f32 * scale };
+                    let at = if self.align_corners { at.round() } else { at.floor() };
+                    let lower = (at as i64).min(in_size as i64 - 1).max(0) as usize;
+                    Tap { lower, upper: lower, lerp: 0.0 }
+                })
+                .collect();
+        }
         (0..out_size)
             .map(|i| {
                 let at = if self.half_pixel_centers { (i as f32 + 0.5) * scale - 0.5 } else { i as f32 * scale };
@@ -92,8 +124,25 @@ impl Kernel for Resize {
             )));
         }
         let (first, second) = (ctx.input(0)?, ctx.input(1)?);
-        // Forward: (images, size); gradient: (grads, original_image).
-        let images_shape = if self.grad { second.shape() } else { first.shape() };
+        // Forward: (images, size); bilinear gradient: (grads,
+        // original_image); nearest gradient: (grads, size of the image).
+        let sized;
+        let images_shape = match (self.grad, self.nearest) {
+            (false, _) => first.shape(),
+            (true, false) => second.shape(),
+            (true, true) => {
+                let g = first.shape();
+                if g.len() != 4 {
+                    return Err(Error::InvalidArgument(format!(
+                        "{op}: input must be 4-dimensional, got shape {}",
+                        ShapeDisplay(g)
+                    )));
+                }
+                let (h, w) = size_arg(op, &second)?;
+                sized = [g[0], h, w, g[3]];
+                &sized[..]
+            }
+        };
         if images_shape.len() != 4 {
             return Err(Error::InvalidArgument(format!(
                 "{op}: input must be 4-dimensional, got shape {}",
@@ -112,17 +161,7 @@ impl Kernel for Resize {
             }
             (g[1], g[2])
         } else {
-            if second.shape() != [2] {
-                return Err(Error::InvalidArgument(format!(
-                    "{op}: shape_t must be 1-dimensional with 2 elements, got shape {}",
-                    ShapeDisplay(second.shape())
-                )));
-            }
-            let size = second.to_i64s()?;
-            if size[0] <= 0 || size[1] <= 0 {
-                return Err(Error::InvalidArgument(format!("{op}: output dimensions must be positive, got {size:?}")));
-            }
-            (size[0] as usize, size[1] as usize)
+            size_arg(op, &second)?
         };
         if in_h == 0 || in_w == 0 {
             return Err(Error::InvalidArgument(format!(
@@ -139,7 +178,7 @@ impl Kernel for Resize {
             return Ok(());
         }
         let image = out_shape[1] * out_shape[2] * channels;
-        let geometry = Geometry { in_w, out_h, out_w, channels, ys: &ys, xs: &xs };
+        let geometry = Geometry { in_w, out_h, out_w, channels, ys: &ys, xs: &xs, nearest: self.nearest };
         let run = |b: usize, part: &mut [f32]| -> Result<(), Error> {
             if self.grad {
                 let grads = &first.data::<f32>()?[b * out_h * out_w * channels..][..out_h * out_w * channels];
@@ -169,6 +208,21 @@ impl Kernel for Resize {
     }
 }
 
+/// A resize's `size` argument: two positive int32 values.
+fn size_arg(op: &str, size: &super::Tensor) -> Result<(usize, usize), Error> {
+    if size.shape() != [2] {
+        return Err(Error::InvalidArgument(format!(
+            "{op}: shape_t must be 1-dimensional with 2 elements, got shape {}",
+            ShapeDisplay(size.shape())
+        )));
+    }
+    let size = size.to_i64s()?;
+    if size[0] <= 0 || size[1] <= 0 {
+        return Err(Error::InvalidArgument(format!("{op}: output dimensions must be positive, got {size:?}")));
+    }
+    Ok((size[0] as usize, size[1] as usize))
+}
+
 /// One image's sizes and taps.
 struct Geometry<'a> {
     in_w: usize,
@@ -177,6 +231,8 @@ struct Geometry<'a> {
     channels: usize,
     ys: &'a [Tap],
     xs: &'a [Tap],
+    /// Copy (add back) the `lower` taps' pixels, no interpolation.
+    nearest: bool,
 }
 
 impl Geometry<'_> {
@@ -189,6 +245,12 @@ impl Geometry<'_> {
             let (top, bottom) = (&src[top * row..][..row], &src[bottom * row..][..row]);
             for (x, pixel) in out_row.chunks_exact_mut(c).enumerate() {
                 let Tap { lower: left, upper: right, lerp: x_lerp } = self.xs[x];
+                if self.nearest {
+                    for (o, &v) in pixel.iter_mut().zip(&top[left * c..][..c]) {
+                        *o = value(v);
+                    }
+                    continue;
+                }
                 for (ch, o) in pixel.iter_mut().enumerate() {
                     let (top_left, top_right) = (value(top[left * c + ch]), value(top[right * c + ch]));
                     let (bottom_left, bottom_right) = (value(bottom[left * c + ch]), value(bottom[right * c + ch]));
@@ -214,6 +276,12 @@ impl Geometry<'_> {
                 let g = &grads[(y * self.out_w + x) * c..][..c];
                 let at = |yy: usize, xx: usize| (yy * self.in_w + xx) * c;
                 let (tl, tr, bl, br) = (at(top, left), at(top, right), at(bottom, left), at(bottom, right));
+                if self.nearest {
+                    for (o, &v) in out[tl..tl + c].iter_mut().zip(g) {
+                        *o += v;
+                    }
+                    continue;
+                }
                 for (ch, &v) in g.iter().enumerate() {
                     out[tl + ch] += v * y_keep * x_keep;
                     out[tr + ch] += v * y_keep * x_lerp;
@@ -231,7 +299,7 @@ mod tests {
     use crate::kernels::{LocalContext, Tensor};
 
     fn resize(align_corners: bool, half_pixel_centers: bool, grad: bool) -> Resize {
-        Resize { align_corners, half_pixel_centers, grad }
+        Resize { align_corners, half_pixel_centers, grad, nearest: false }
     }
 
     fn image(shape: [usize; 4]) -> Vec<f32> {
@@ -315,6 +383,53 @@ mod tests {
                 .remove(0)
                 .to_vec::<f32>()
                 .unwrap();
+                let dot =
+                    |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(&p, &q)| f64::from(p) * f64::from(q)).sum::<f64>();
+                let (left, right) = (dot(&forward, &g), dot(&x, &backward));
+                assert!((left - right).abs() <= 1e-4 * left.abs().max(1.0), "{shape:?} {size:?}: {left} vs {right}");
+            }
+        }
+    }
+
+    #[test]
+    fn nearest_taps_pick_the_nearest_centre() {
+        let nearest =
+            |align, half| Resize { align_corners: align, half_pixel_centers: half, grad: false, nearest: true };
+        let picks = |kernel: &Resize, from: usize, to: usize| -> Vec<usize> {
+            kernel.taps(from, to).iter().map(|t| t.lower).collect()
+        };
+        // Upsampling 2 → 4 in all three modes; downsampling 4 → 2 takes the
+        // first pixel of each pair (legacy), the second (half-pixel centres:
+        // floor((i + ½)·2)), or the corners; 5 → 3 with half-pixel centres.
+        for (align, half) in [(false, false), (false, true), (true, false)] {
+            assert_eq!(picks(&nearest(align, half), 2, 4), [0, 0, 1, 1], "{align} {half}");
+        }
+        assert_eq!(picks(&nearest(false, false), 4, 2), [0, 2]);
+        assert_eq!(picks(&nearest(false, true), 4, 2), [1, 3]);
+        assert_eq!(picks(&nearest(true, false), 4, 2), [0, 3]);
+        assert_eq!(picks(&nearest(false, true), 5, 3), [0, 2, 4]);
+    }
+
+    /// ⟨resize(x), g⟩ = ⟨x, grad(g)⟩ for nearest-neighbour resizing too,
+    /// and the resize only copies input pixels.
+    #[test]
+    fn the_nearest_gradient_is_the_adjoint_of_the_resize() {
+        for (shape, size) in [([2, 5, 4, 3], [9, 7]), ([1, 8, 8, 2], [3, 5]), ([2, 33, 31, 4], [64, 48])] {
+            for (align, half) in [(false, false), (false, true), (true, false)] {
+                let kernel = |grad| Resize { align_corners: align, half_pixel_centers: half, grad, nearest: true };
+                let x = image(shape);
+                let g: Vec<f32> =
+                    (0..shape[0] * size[0] * size[1] * shape[3]).map(|i| ((i * 13) % 7) as f32 - 3.0).collect();
+                let run = |kernel: Resize, inputs| {
+                    LocalContext::run(&kernel, inputs, &[DType::F32]).unwrap().remove(0).to_vec::<f32>().unwrap()
+                };
+                let sizes = |h: usize, w: usize| Tensor::from_vec(&[2], vec![h as i32, w as i32]).unwrap();
+                let forward =
+                    run(kernel(false), vec![Tensor::from_vec(&shape, x.clone()).unwrap(), sizes(size[0], size[1])]);
+                assert!(forward.iter().all(|v| x.contains(v)), "{shape:?} {size:?}");
+                let grads = Tensor::from_vec(&[shape[0], size[0], size[1], shape[3]], g.clone()).unwrap();
+                let backward = run(kernel(true), vec![grads, sizes(shape[1], shape[2])]);
+                assert_eq!(backward.len(), x.len());
                 let dot =
                     |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(&p, &q)| f64::from(p) * f64::from(q)).sum::<f64>();
                 let (left, right) = (dot(&forward, &g), dot(&x, &backward));

@@ -92,6 +92,9 @@ pub const KERNELS: &[KernelDef] = &[
     unary!("Softsign", UnaryOp::Softsign),
     unary!("Erf", UnaryOp::Erf),
     unary!("Erfc", UnaryOp::Erfc),
+    unary!("Sin", UnaryOp::Sin),
+    unary!("Cos", UnaryOp::Cos),
+    unary!("Tan", UnaryOp::Tan),
     unary!("Sign", UnaryOp::Sign),
     unary!("Floor", UnaryOp::Floor),
     unary!("Ceil", UnaryOp::Ceil),
@@ -242,6 +245,12 @@ pub enum UnaryOp {
     Erf,
     /// `1 - erf(x)`, accurate in relative terms in the tail (exact GELU).
     Erfc,
+    /// Sine, cosine and tangent: the rotation matrices of Keras' image
+    /// augmentation layers. libm's, element by element: nothing runs them
+    /// on large tensors.
+    Sin,
+    Cos,
+    Tan,
     Sign,
     Floor,
     Ceil,
@@ -255,7 +264,7 @@ pub enum UnaryOp {
 
 impl UnaryOp {
     /// Every op (with sample parameters), for tests.
-    pub const ALL: [UnaryOp; 26] = [
+    pub const ALL: [UnaryOp; 29] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Exp,
@@ -275,6 +284,9 @@ impl UnaryOp {
         UnaryOp::Softsign,
         UnaryOp::Erf,
         UnaryOp::Erfc,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Tan,
         UnaryOp::Sign,
         UnaryOp::Floor,
         UnaryOp::Ceil,
@@ -336,6 +348,9 @@ impl UnaryOp {
                 #[inline(always)]
                 |v: f32| erfc_f32(v),
             ),
+            UnaryOp::Sin => map(x, out, f32::sin),
+            UnaryOp::Cos => map(x, out, f32::cos),
+            UnaryOp::Tan => map(x, out, f32::tan),
             UnaryOp::Sign => map(x, out, sign),
             UnaryOp::Floor => map(x, out, f32::floor),
             UnaryOp::Ceil => map(x, out, f32::ceil),
@@ -812,6 +827,9 @@ mod tests {
             UnaryOp::Softsign => x / (x.abs() + 1.0),
             UnaryOp::Erf => crate::kernels::vmath::erf_reference(x),
             UnaryOp::Erfc => crate::kernels::vmath::erfc_reference(x),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Tan => x.tan(),
             UnaryOp::Sign => {
                 return if v.is_nan() {
                     v
