@@ -179,32 +179,30 @@ impl Kernel for Resize {
         }
         let image = out_shape[1] * out_shape[2] * channels;
         let geometry = Geometry { in_w, out_h, out_w, channels, ys: &ys, xs: &xs, nearest: self.nearest };
-        let run = |b: usize, part: &mut [f32]| -> Result<(), Error> {
-            if self.grad {
-                let grads = &first.data::<f32>()?[b * out_h * out_w * channels..][..out_h * out_w * channels];
-                geometry.scatter(grads, part);
-            } else {
-                let len = in_h * in_w * channels;
-                match first.dtype() {
-                    DType::U8 => geometry.gather(&first.data::<u8>()?[b * len..][..len], part, f32::from),
-                    _ => geometry.gather(&first.data::<f32>()?[b * len..][..len], part, |v| v),
-                }
-            }
-            Ok(())
+        // The source data, typed once here so that the per-image work
+        // cannot fail (and needs no error channel out of the pool).
+        enum Source<'a> {
+            Grads(&'a [f32]),
+            Bytes(&'a [u8]),
+            Floats(&'a [f32]),
+        }
+        let source = match (self.grad, first.dtype()) {
+            (true, _) => Source::Grads(first.data::<f32>()?),
+            (false, DType::U8) => Source::Bytes(first.data::<u8>()?),
+            (false, _) => Source::Floats(first.data::<f32>()?),
+        };
+        let (grad_len, in_len) = (out_h * out_w * channels, in_h * in_w * channels);
+        let run = |b: usize, part: &mut [f32]| match source {
+            Source::Grads(grads) => geometry.scatter(&grads[b * grad_len..][..grad_len], part),
+            Source::Bytes(src) => geometry.gather(&src[b * in_len..][..in_len], part, f32::from),
+            Source::Floats(src) => geometry.gather(&src[b * in_len..][..in_len], part, |v| v),
         };
         if dst.len() < PARALLEL_MIN_ELEMENTS || batch == 1 {
-            for (b, part) in dst.chunks_exact_mut(image).enumerate() {
-                run(b, part)?;
-            }
-            return Ok(());
+            dst.chunks_exact_mut(image).enumerate().for_each(|(b, part)| run(b, part));
+        } else {
+            pool::for_each_chunk_mut(dst, image, run);
         }
-        let failure = std::sync::Mutex::new(None);
-        pool::for_each_chunk_mut(dst, image, |b, part| {
-            if let Err(error) = run(b, part) {
-                *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
-            }
-        });
-        failure.into_inner().unwrap_or_else(|e| e.into_inner()).map_or(Ok(()), Err)
+        Ok(())
     }
 }
 
