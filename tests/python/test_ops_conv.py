@@ -296,14 +296,17 @@ def test_pooling_and_gradients(tf, mode, pool, shape, ksize, strides, padding, t
         values = np.round(values / 3).astype(np.float32)  # mostly -1, 0, 1: many equal maxima
     x = tf.constant(values)
     op = tf.nn.max_pool2d if pool == "max" else tf.nn.avg_pool2d
-    pool_fn = lambda a, _unused: op(a, ksize=ksize, strides=strides, padding=padding)
-    y_cpu = on_cpu(tf, pool_fn, x, None)
-    dy = tf.constant(data(y_cpu.shape, 8))
+    check_pool_and_gradient(tf, mode, lambda a: op(a, ksize=ksize, strides=strides, padding=padding), x, rtol=1e-5)
+
+
+def check_pool_and_gradient(tf, mode, pool_fn, x, rtol):
+    """``pool_fn(x)`` and its input gradient on WASM against the CPU."""
+    dy = tf.constant(data(on_cpu(tf, pool_fn, x).shape, 8))
 
     def f(x, dy):
         with tf.GradientTape() as tape:
             tape.watch(x)
-            y = pool_fn(x, None)
+            y = pool_fn(x)
         return y, tape.gradient(y, x, output_gradients=dy)
 
     expected = on_cpu(tf, f, x, dy)
@@ -311,7 +314,7 @@ def test_pooling_and_gradients(tf, mode, pool, shape, ksize, strides, padding, t
     for name, g, e in zip(["pool", "d_input"], got, expected):
         if mode == "eager":
             assert on_wasm(g), f"{name} ran on {g.device}"
-        close(g.numpy(), e.numpy(), rtol=1e-5, what=name)
+        close(g.numpy(), e.numpy(), rtol=rtol, what=name)
 
 
 def test_max_pool_grad_raw_op_routes_to_first_maximum(tf, mode):
@@ -421,21 +424,7 @@ def test_pooling3d_and_gradients(tf, mode, pool, shape, ksize, strides, padding,
         values = np.round(values / 3).astype(np.float32)
     x = tf.constant(values)
     op = tf.nn.max_pool3d if pool == "max" else tf.nn.avg_pool3d
-    pool_fn = lambda a: op(a, ksize=ksize, strides=strides, padding=padding)
-    dy = tf.constant(data(on_cpu(tf, pool_fn, x).shape, 8))
-
-    def f(x, dy):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = pool_fn(x)
-        return y, tape.gradient(y, x, output_gradients=dy)
-
-    expected = on_cpu(tf, f, x, dy)
-    got = run(tf, mode, f, x, dy)
-    for name, g, e in zip(["pool3d", "d_input"], got, expected):
-        if mode == "eager":
-            assert on_wasm(g), f"{name} ran on {g.device}"
-        close(g.numpy(), e.numpy(), rtol=0, what=name)
+    check_pool_and_gradient(tf, mode, lambda a: op(a, ksize=ksize, strides=strides, padding=padding), x, rtol=0)
 
 
 # ------------------------------------------------------------ batch norm

@@ -663,30 +663,41 @@ POOL_CASES = [
 ]
 
 
-def pool_cases(arg):
+def pool_cases(arg, geometries):
+    """``geometries`` (input shape, ksize, strides, padding) as pooling cases,
+    the input under the op's name for it (``input``, or AvgPool's ``value``)."""
     def cases(tf, rng):
-        return [Case({arg: f32(rng, i), "ksize": k, "strides": s, "padding": p}) for i, k, s, p in POOL_CASES]
+        return [Case({arg: f32(rng, i), "ksize": k, "strides": s, "padding": p}) for i, k, s, p in geometries]
 
     return cases
 
 
-def max_pool_grad_cases(tf, rng):
-    out = []
-    for i, k, s, p in POOL_CASES:
-        x = np.round(f32(rng, i) * 2) / 2  # ties inside windows
-        with tf.device("/CPU:0"):
-            y = tf.raw_ops.MaxPool(input=x, ksize=k, strides=s, padding=p).numpy()
-        out.append(Case({"orig_input": x, "orig_output": y, "grad": f32(rng, y.shape), "ksize": k, "strides": s, "padding": p}))
-    return out
+def max_pool_grad_cases(pool, geometries):
+    """Gradients of ``pool`` (MaxPool or MaxPool3D) with ties inside windows,
+    its forward output from the CPU."""
+    def cases(tf, rng):
+        out = []
+        for i, k, s, p in geometries:
+            x = np.round(f32(rng, i) * 2) / 2
+            with tf.device("/CPU:0"):
+                y = getattr(tf.raw_ops, pool)(input=x, ksize=k, strides=s, padding=p).numpy()
+            out.append(Case({"orig_input": x, "orig_output": y, "grad": f32(rng, y.shape), "ksize": k, "strides": s, "padding": p}))
+        return out
+
+    return cases
 
 
-def avg_pool_grad_cases(tf, rng):
-    out = []
-    for i, k, s, p in POOL_CASES:
-        with tf.device("/CPU:0"):
-            shape = tuple(tf.raw_ops.AvgPool(value=np.zeros(i, np.float32), ksize=k, strides=s, padding=p).shape)
-        out.append(Case({"orig_input_shape": np.array(i, np.int32), "grad": f32(rng, shape), "ksize": k, "strides": s, "padding": p}))
-    return out
+def avg_pool_grad_cases(pool, arg, geometries):
+    """Gradients of ``pool`` (AvgPool, whose input is ``arg``, or AvgPool3D)."""
+    def cases(tf, rng):
+        out = []
+        for i, k, s, p in geometries:
+            with tf.device("/CPU:0"):
+                shape = tuple(getattr(tf.raw_ops, pool)(**{arg: np.zeros(i, np.float32)}, ksize=k, strides=s, padding=p).shape)
+            out.append(Case({"orig_input_shape": np.array(i, np.int32), "grad": f32(rng, shape), "ksize": k, "strides": s, "padding": p}))
+        return out
+
+    return cases
 
 
 CONV3D_CASES = [
@@ -742,29 +753,6 @@ POOL3D_CASES = [
     ((0, 4, 4, 4, 2), [1, 2, 2, 2, 1], [1, 2, 2, 2, 1], "VALID"),
     ((8, 16, 16, 16, 4), [1, 2, 2, 2, 1], [1, 2, 2, 2, 1], "VALID"),
 ]
-
-
-def pool3d_cases(tf, rng):
-    return [Case({"input": f32(rng, i), "ksize": k, "strides": s, "padding": p}) for i, k, s, p in POOL3D_CASES]
-
-
-def max_pool3d_grad_cases(tf, rng):
-    out = []
-    for i, k, s, p in POOL3D_CASES:
-        x = np.round(f32(rng, i) * 2) / 2  # ties inside windows
-        with tf.device("/CPU:0"):
-            y = tf.raw_ops.MaxPool3D(input=x, ksize=k, strides=s, padding=p).numpy()
-        out.append(Case({"orig_input": x, "orig_output": y, "grad": f32(rng, y.shape), "ksize": k, "strides": s, "padding": p}))
-    return out
-
-
-def avg_pool3d_grad_cases(tf, rng):
-    out = []
-    for i, k, s, p in POOL3D_CASES:
-        with tf.device("/CPU:0"):
-            shape = tuple(tf.raw_ops.AvgPool3D(input=np.zeros(i, np.float32), ksize=k, strides=s, padding=p).shape)
-        out.append(Case({"orig_input_shape": np.array(i, np.int32), "grad": f32(rng, shape), "ksize": k, "strides": s, "padding": p}))
-    return out
 
 
 BN_SHAPES = [(2, 5, 7, 3), (1, 1, 1, 1), (4, 3, 3, 16), (0, 2, 2, 3)]
@@ -1258,17 +1246,17 @@ SPECS: dict[str, Spec] = {
     "DepthwiseConv2dNative": Spec(depthwise_cases, PRODUCT),
     "DepthwiseConv2dNativeBackpropInput": Spec(depthwise_input_grad_cases, PRODUCT),
     "DepthwiseConv2dNativeBackpropFilter": Spec(depthwise_filter_grad_cases, PRODUCT),
-    "MaxPool": Spec(pool_cases("input"), EXACT),
-    "MaxPoolGrad": Spec(max_pool_grad_cases, EXACT),
-    "AvgPool": Spec(pool_cases("value"), REDUCTION),
-    "AvgPoolGrad": Spec(avg_pool_grad_cases, REDUCTION),
+    "MaxPool": Spec(pool_cases("input", POOL_CASES), EXACT),
+    "MaxPoolGrad": Spec(max_pool_grad_cases("MaxPool", POOL_CASES), EXACT),
+    "AvgPool": Spec(pool_cases("value", POOL_CASES), REDUCTION),
+    "AvgPoolGrad": Spec(avg_pool_grad_cases("AvgPool", "value", POOL_CASES), REDUCTION),
     "Conv3D": Spec(conv3d_cases, PRODUCT),
     "Conv3DBackpropInputV2": Spec(conv3d_input_grad_cases, PRODUCT),
     "Conv3DBackpropFilterV2": Spec(conv3d_filter_grad_cases, PRODUCT),
-    "MaxPool3D": Spec(pool3d_cases, EXACT),
-    "MaxPool3DGrad": Spec(max_pool3d_grad_cases, EXACT),
-    "AvgPool3D": Spec(pool3d_cases, EXACT),
-    "AvgPool3DGrad": Spec(avg_pool3d_grad_cases, EXACT),
+    "MaxPool3D": Spec(pool_cases("input", POOL3D_CASES), EXACT),
+    "MaxPool3DGrad": Spec(max_pool_grad_cases("MaxPool3D", POOL3D_CASES), EXACT),
+    "AvgPool3D": Spec(pool_cases("input", POOL3D_CASES), EXACT),
+    "AvgPool3DGrad": Spec(avg_pool_grad_cases("AvgPool3D", "input", POOL3D_CASES), EXACT),
     "FusedBatchNormV3": Spec(batch_norm_cases, PRODUCT),
     "FusedBatchNormGradV3": Spec(batch_norm_grad_cases, PRODUCT),
     # data movement
