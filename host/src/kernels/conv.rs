@@ -10,9 +10,9 @@
 //! tile of output pixels are copied into a scratch matrix (im2col, one row
 //! per output pixel, `kh·kw·ic` columns in the filter's HWIO order) and
 //! multiplied by the filter, which is already a row-major `[kh·kw·ic, oc]`
-//! matrix (`[kd·kh·kw·ic, oc]` for a 3-D DHWIO filter). A 1×1 convolution with stride 1 and no padding skips the copy:
-//! the input is the patch matrix. The backprops are the same products
-//! turned around:
+//! matrix (`[kd·kh·kw·ic, oc]` for a 3-D DHWIO filter). A 1×1
+//! convolution with stride 1 and no padding skips the copy: the input is the
+//! patch matrix. The backprops are the same products turned around:
 //!
 //! - input: `cols = grad · filterᵀ`, then every column is added back to the
 //!   input pixel it came from (col2im);

@@ -18,7 +18,9 @@
 //! count, as that kernel does. Images are independent and spread over the
 //! compute pool.
 
-use super::{check_nhwc, check_rank, invalid, shape_arg, spatial3, unimplemented, window_attr, Padding, Window};
+use super::{
+    check_nhwc, check_rank, invalid, shape_arg, spatial3, unimplemented, window_attr, ConvWindows, Padding, Window,
+};
 use crate::error::Error;
 use crate::kernels::shape::ShapeDisplay;
 use crate::kernels::{expect_inputs, pool, Attrs, Kernel, OpContext};
@@ -66,8 +68,8 @@ pub(super) struct PoolKernel {
     op: PoolOp,
     /// Planes, rows, columns; a 2-D pool has a 1-plane window.
     ksize: [usize; 3],
-    strides: [usize; 3],
-    padding: Padding,
+    /// Strides and padding (no dilation): a convolution's windows.
+    windows: ConvWindows,
 }
 
 impl PoolKernel {
@@ -86,7 +88,8 @@ impl PoolKernel {
             ));
         }
         let padding = Padding::from_attrs(name, attrs)?;
-        Ok(PoolKernel { op, ksize: spatial3(&ksize[1..=spatial]), strides: spatial3(&strides[1..=spatial]), padding })
+        let windows = ConvWindows { spatial, strides: spatial3(&strides[1..=spatial]), dilations: [1; 3], padding };
+        Ok(PoolKernel { op, ksize: spatial3(&ksize[1..=spatial]), windows })
     }
 
     fn rank(&self) -> usize {
@@ -100,15 +103,7 @@ impl PoolKernel {
         check_rank(name, what, input, self.rank())?;
         let s = self.op.spatial();
         let (n, depth) = (input[0], input[s + 1]);
-        let extents = spatial3(&input[1..=s]);
-        let (er, ec) = match self.padding {
-            Padding::Explicit { rows, cols } => (rows, cols),
-            _ => ((0, 0), (0, 0)),
-        };
-        let window = |i: usize, explicit| {
-            Window::new(name, extents[i], self.ksize[i], self.strides[i], 1, self.padding, explicit)
-        };
-        let (planes, rows, cols) = (window(0, (0, 0))?, window(1, er)?, window(2, ec)?);
+        let [planes, rows, cols] = self.windows.windows3(name, spatial3(&input[1..=s]), self.ksize)?;
         let fits =
             [n, planes.output.max(planes.input), rows.output.max(rows.input), cols.output.max(cols.input), depth]
                 .iter()
@@ -132,8 +127,8 @@ impl PoolKernel {
                 ShapeDisplay(expected),
                 ShapeDisplay(got),
                 &self.ksize[first..],
-                &self.strides[first..],
-                self.padding
+                &self.windows.strides[first..],
+                self.windows.padding
             ),
         ))
     }
