@@ -33,8 +33,9 @@
 //! `device/arena.rs` (the device region). The rest is small and local:
 //! `kernels/tensor.rs` (a [`kernels::Tensor`] over a buffer it does not
 //! own, and the element types every bit pattern of which is valid), the
-//! `gemm` calls of `kernels/matmul.rs` and `kernels/conv.rs` (its API takes
-//! pointers and strides), the AVX2 copy of the elementwise loops
+//! matrix products (`kernels/sgemm.rs`: `gemm` and BLIS take pointers and
+//! strides; `kernels/matmul.rs` and `kernels/conv.rs` hand them checked
+//! spans), the AVX2 copy of the elementwise loops
 //! (`kernels/vmath.rs`, after the CPU check), CPU affinity and `dladdr`
 //! through `libc` (`kernels/pool.rs`, `config.rs`), wasmtime's loading of
 //! precompiled guests and two Cranelift flags (`sandbox/`), and addresses

@@ -33,6 +33,7 @@ mod pooling;
 use rayon::prelude::*;
 
 use super::pool;
+use super::sgemm::{self, Destination, Operand};
 use super::shape::ShapeDisplay;
 use super::{expect_inputs, types, Attrs, DType, Kernel, KernelDef, OpContext};
 use crate::abi::ffi::status::TF_UNIMPLEMENTED;
@@ -348,42 +349,21 @@ fn gemm(
     }
     check_span("lhs", lhs.0.len(), m, k, lhs.1, lhs.2)?;
     check_span("rhs", rhs.0.len(), k, n, rhs.1, rhs.2)?;
-    let threads = pool::threads();
-    let parallelism = if parallel && threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-    let mut run = move || {
-        // SAFETY: `check_span` verified that every element the strided
-        // views address (row < m / k, column < n / k) lies inside its slice
-        // and that the lengths fit in isize, so all strides fit too. `dst`
-        // is a `&mut` borrow and aliases neither operand. f32 is a type gemm
-        // implements.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                dst.as_mut_ptr(),
-                1,
-                dst_rs as isize,
-                accumulate,
-                lhs.0.as_ptr(),
-                lhs.2 as isize,
-                lhs.1 as isize,
-                rhs.0.as_ptr(),
-                rhs.2 as isize,
-                rhs.1 as isize,
-                1.0f32,
-                1.0f32,
-                false,
-                false,
-                false,
-                parallelism,
-            )
+    let (dst, lhs, rhs) = (
+        Destination { ptr: dst.as_mut_ptr(), row_stride: dst_rs as isize },
+        Operand { ptr: lhs.0.as_ptr(), row_stride: lhs.1 as isize, col_stride: lhs.2 as isize },
+        Operand { ptr: rhs.0.as_ptr(), row_stride: rhs.1 as isize, col_stride: rhs.2 as isize },
+    );
+    // SAFETY: `check_span` verified that every element the strided views
+    // address (row < m / k, column < n / k) lies inside its slice and that
+    // the lengths fit in isize, so all strides and offsets fit too. `dst` is
+    // a `&mut` borrow and aliases neither operand.
+    unsafe {
+        if parallel && pool::threads() > 1 {
+            sgemm::multiply_parallel(m, n, k, dst, accumulate, lhs, rhs);
+        } else {
+            sgemm::multiply_serial(m, n, k, dst, accumulate, lhs, rhs);
         }
-    };
-    if matches!(parallelism, gemm::Parallelism::None) {
-        run();
-    } else {
-        pool::install(run);
     }
     Ok(())
 }

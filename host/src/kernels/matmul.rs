@@ -1,17 +1,18 @@
-//! Float32 `MatMul` (`transpose_a`, `transpose_b`) on the `gemm` crate.
+//! Float32 `MatMul` (`transpose_a`, `transpose_b`), `BatchMatMulV2` and
+//! `BiasAdd(Grad)`; the products themselves run in [`super::sgemm`] (the
+//! `gemm` crate, or BLIS for large ones).
 //!
 //! Operands are row-major. A transpose is expressed as swapped row/column
-//! strides passed to `gemm::gemm`, so no operand is ever copied.
+//! strides, so no operand is ever copied.
 //!
-//! `gemm` picks a SIMD microkernel for the running CPU (AVX2/FMA, AVX-512,
-//! NEON) at run time. Products below [`PARALLEL_MIN_WORK`] multiply-adds
-//! run inline with `Parallelism::None`, skipping the pool entirely;
-//! mid-sized ones are cut into [`SPLIT_BLOCKS_PER_THREAD`] blocks per
-//! thread, single-threaded gemms shared between the calling thread and the
-//! pool; from [`SPLIT_MAX_WORK`] on, gemm splits the product across our
-//! pool itself (`Parallelism::Rayon`).
+//! Products below [`PARALLEL_MIN_WORK`] multiply-adds run inline on the
+//! calling thread, skipping the pool entirely; mid-sized ones are cut into
+//! [`SPLIT_BLOCKS_PER_THREAD`] blocks per thread, single-threaded products
+//! shared between the calling thread and the pool; from [`SPLIT_MAX_WORK`]
+//! on, [`sgemm::multiply_parallel`] splits the product across the pool.
 
 use super::pool;
+use super::sgemm::{self, Destination, Operand};
 use super::shape::{element_count, ShapeDisplay};
 use super::vmath::in_wide_lanes;
 use super::{expect_inputs, types, Attrs, Kernel, KernelDef, OpContext};
@@ -66,9 +67,10 @@ pub const PARALLEL_MIN_WORK: usize = 64 * 128 * 192;
 /// with 1 (on bound workers; unbound, no change either way).
 pub const SPLIT_BLOCKS_PER_THREAD: usize = 8;
 
-/// `m·n·k` from which gemm splits a product across the pool itself (large
-/// products pack their operands once and share the packed panels, which a
-/// split into independent blocks would repeat per block).
+/// `m·n·k` from which a product is split across the pool by
+/// [`sgemm::multiply_parallel`]: gemm's own threading packs each panel once
+/// for all threads, which a split into many independent blocks would repeat
+/// per block; BLIS gets one block per thread.
 pub const SPLIT_MAX_WORK: usize = 256 * 256 * 1024;
 
 /// The attributes of a `MatMul` node that change the computation.
@@ -156,56 +158,25 @@ impl MatMulPlan {
 
         let work = m.saturating_mul(n).saturating_mul(k);
         let threads = pool::threads();
-        // gemm's arguments for the block of `out` with rows `rows` and
-        // columns `cols` (of op(a)·op(b)), as offsets into the buffers.
-        let block = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
-            let a_at = rows.start as isize * a_rs;
-            let b_at = cols.start as isize * b_cs;
-            let out_at = rows.start * n + cols.start;
-            (rows.len(), cols.len(), a_at, b_at, out_at)
-        };
-        let out_ptr = pool::SharedOut(out.as_mut_ptr());
-        let multiply = |(rows, cols, a_at, b_at, out_at): (usize, usize, isize, isize, usize), parallelism| {
-            // SAFETY: `a` holds m·k elements; for every block row i < rows
-            // and p < k, op(a)[rows.start + i, p] lies at a_at + i·a_rs +
-            // p·a_cs < m·k for both layouts (likewise `b`, k·n elements, at
-            // b_at + p·b_rs + j·b_cs). The output block starts at out_at and
-            // spans `rows` rows of stride n and `cols` columns inside the
-            // m·n elements `out` holds (all checked by `check_len` above).
-            // Blocks handed to different threads cover disjoint elements of
-            // `out`, which is exclusively borrowed for this call, so no
-            // write races another and neither input is aliased. With
-            // `read_dst == false` gemm only writes (alpha is ignored), and
-            // f32 is a type gemm supports, so it does not panic on dispatch.
-            unsafe {
-                gemm::gemm(
-                    rows,
-                    cols,
-                    k,
-                    out_ptr.get().add(out_at),
-                    1,
-                    n_i,
-                    false,
-                    a.as_ptr().offset(a_at),
-                    a_cs,
-                    a_rs,
-                    b.as_ptr().offset(b_at),
-                    b_cs,
-                    b_rs,
-                    0.0f32,
-                    1.0f32,
-                    false,
-                    false,
-                    false,
-                    parallelism,
-                )
-            }
-        };
+        let (a, b) = (
+            Operand { ptr: a.as_ptr(), row_stride: a_rs, col_stride: a_cs },
+            Operand { ptr: b.as_ptr(), row_stride: b_rs, col_stride: b_cs },
+        );
+        let out = Destination { ptr: out.as_mut_ptr(), row_stride: n_i };
+        // SAFETY (every call below): `a` holds m·k elements and op(a)[i, p]
+        // lies at i·a_rs + p·a_cs < m·k for both layouts (likewise `b`, k·n
+        // elements), `out` holds m·n in rows of stride n (all checked by
+        // `check_len` above, and every extent fits in isize, checked by
+        // `new`). A block's corner moves the three pointers to its first
+        // row and column, and the block stays inside the product. Blocks
+        // handed to different threads cover disjoint elements of `out`,
+        // which is exclusively borrowed for this call, so no write races
+        // another and neither input is aliased.
         if work < PARALLEL_MIN_WORK || threads == 1 {
-            multiply(block(0..m, 0..n), gemm::Parallelism::None);
+            unsafe { sgemm::multiply_serial(m, n, k, out, false, a, b) };
         } else if work < SPLIT_MAX_WORK {
             // A mid-sized product (a Keras layer's): split the larger output
-            // dimension into blocks, each a single-threaded gemm, shared
+            // dimension into blocks, each a single-threaded product, shared
             // between the calling thread and the pool. gemm's own threading
             // would leave this thread asleep while the pool works and wake
             // it afterwards; at these sizes the two wake-ups cost as much as
@@ -217,13 +188,14 @@ impl MatMulPlan {
                 edge(i)..edge(i + 1)
             };
             pool::for_each_index(blocks, |i| {
-                let args = if m >= n { block(split(m, i), 0..n) } else { block(0..m, split(n, i)) };
-                if args.0 > 0 && args.1 > 0 {
-                    multiply(args, gemm::Parallelism::None);
+                let (rows, cols) = if m >= n { (split(m, i), 0..n) } else { (0..m, split(n, i)) };
+                if !rows.is_empty() && !cols.is_empty() {
+                    let (a, b, out) = (a.at(rows.start, 0), b.at(0, cols.start), out.at(rows.start, cols.start));
+                    unsafe { sgemm::multiply_serial(rows.len(), cols.len(), k, out, false, a, b) };
                 }
             });
         } else {
-            pool::install(|| multiply(block(0..m, 0..n), gemm::Parallelism::Rayon(threads)));
+            unsafe { sgemm::multiply_parallel(m, n, k, out, false, a, b) };
         }
         Ok(())
     }

@@ -17,7 +17,8 @@
 //! - [`binary`]: elementwise binary ops with broadcasting.
 //! - [`unary`]: elementwise unary ops and the activation gradients.
 //! - [`reduce`]: Sum, Mean, Max, … over axes; ArgMax/ArgMin.
-//! - [`matmul`]: MatMul, BatchMatMulV2 and BiasAdd(Grad) on `gemm`.
+//! - [`matmul`]: MatMul, BatchMatMulV2 and BiasAdd(Grad).
+//! - [`sgemm`]: every float32 matrix product, on `gemm` or (large ones) BLIS.
 //! - [`einsum`]: Einsum, as transposes, sums and one batched product.
 //! - [`nn`]: softmax and the cross-entropy losses.
 //! - [`conv`]: Conv2D, the depthwise convolution and their backprops, pooling
@@ -52,6 +53,7 @@ pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod scatter;
+pub mod sgemm;
 pub mod shape;
 pub mod tensor;
 pub mod unary;
