@@ -33,7 +33,7 @@ mod pooling;
 use rayon::prelude::*;
 
 use super::pool;
-use super::sgemm::{self, Destination, Operand};
+use super::sgemm::{Destination, Operand, Product};
 use super::shape::ShapeDisplay;
 use super::{expect_inputs, types, Attrs, DType, Kernel, KernelDef, OpContext};
 use crate::abi::ffi::status::TF_UNIMPLEMENTED;
@@ -349,20 +349,24 @@ fn gemm(
     }
     check_span("lhs", lhs.0.len(), m, k, lhs.1, lhs.2)?;
     check_span("rhs", rhs.0.len(), k, n, rhs.1, rhs.2)?;
-    let (dst, lhs, rhs) = (
-        Destination { ptr: dst.as_mut_ptr(), row_stride: dst_rs as isize },
-        Operand { ptr: lhs.0.as_ptr(), row_stride: lhs.1 as isize, col_stride: lhs.2 as isize },
-        Operand { ptr: rhs.0.as_ptr(), row_stride: rhs.1 as isize, col_stride: rhs.2 as isize },
-    );
+    let product = Product {
+        m,
+        n,
+        k,
+        lhs: Operand { ptr: lhs.0.as_ptr(), row_stride: lhs.1 as isize, col_stride: lhs.2 as isize },
+        rhs: Operand { ptr: rhs.0.as_ptr(), row_stride: rhs.1 as isize, col_stride: rhs.2 as isize },
+        dst: Destination { ptr: dst.as_mut_ptr(), row_stride: dst_rs as isize },
+        accumulate,
+    };
     // SAFETY: `check_span` verified that every element the strided views
     // address (row < m / k, column < n / k) lies inside its slice and that
     // the lengths fit in isize, so all strides and offsets fit too. `dst` is
     // a `&mut` borrow and aliases neither operand.
     unsafe {
-        if parallel && pool::threads() > 1 {
-            sgemm::multiply_parallel(m, n, k, dst, accumulate, lhs, rhs);
+        if parallel {
+            product.run_on_pool();
         } else {
-            sgemm::multiply_serial(m, n, k, dst, accumulate, lhs, rhs);
+            product.run();
         }
     }
     Ok(())

@@ -9,10 +9,10 @@
 //! calling thread, skipping the pool entirely; mid-sized ones are cut into
 //! [`SPLIT_BLOCKS_PER_THREAD`] blocks per thread, single-threaded products
 //! shared between the calling thread and the pool; from [`SPLIT_MAX_WORK`]
-//! on, [`sgemm::multiply_parallel`] splits the product across the pool.
+//! on, [`Product::run_on_pool`] splits the product across the pool.
 
 use super::pool;
-use super::sgemm::{self, Destination, Operand};
+use super::sgemm::{Destination, Operand, Product};
 use super::shape::{element_count, ShapeDisplay};
 use super::vmath::in_wide_lanes;
 use super::{expect_inputs, types, Attrs, Kernel, KernelDef, OpContext};
@@ -68,7 +68,7 @@ pub const PARALLEL_MIN_WORK: usize = 64 * 128 * 192;
 pub const SPLIT_BLOCKS_PER_THREAD: usize = 8;
 
 /// `m·n·k` from which a product is split across the pool by
-/// [`sgemm::multiply_parallel`]: gemm's own threading packs each panel once
+/// [`Product::run_on_pool`]: gemm's own threading packs each panel once
 /// for all threads, which a split into many independent blocks would repeat
 /// per block; BLIS gets one block per thread.
 pub const SPLIT_MAX_WORK: usize = 256 * 256 * 1024;
@@ -158,22 +158,25 @@ impl MatMulPlan {
 
         let work = m.saturating_mul(n).saturating_mul(k);
         let threads = pool::threads();
-        let (a, b) = (
-            Operand { ptr: a.as_ptr(), row_stride: a_rs, col_stride: a_cs },
-            Operand { ptr: b.as_ptr(), row_stride: b_rs, col_stride: b_cs },
-        );
-        let out = Destination { ptr: out.as_mut_ptr(), row_stride: n_i };
-        // SAFETY (every call below): `a` holds m·k elements and op(a)[i, p]
+        let product = Product {
+            m,
+            n,
+            k,
+            lhs: Operand { ptr: a.as_ptr(), row_stride: a_rs, col_stride: a_cs },
+            rhs: Operand { ptr: b.as_ptr(), row_stride: b_rs, col_stride: b_cs },
+            dst: Destination { ptr: out.as_mut_ptr(), row_stride: n_i },
+            accumulate: false,
+        };
+        // SAFETY (every run below): `a` holds m·k elements and op(a)[i, p]
         // lies at i·a_rs + p·a_cs < m·k for both layouts (likewise `b`, k·n
         // elements), `out` holds m·n in rows of stride n (all checked by
         // `check_len` above, and every extent fits in isize, checked by
-        // `new`). A block's corner moves the three pointers to its first
-        // row and column, and the block stays inside the product. Blocks
-        // handed to different threads cover disjoint elements of `out`,
-        // which is exclusively borrowed for this call, so no write races
-        // another and neither input is aliased.
+        // `new`); a block stays inside the product. Blocks handed to
+        // different threads cover disjoint elements of `out`, which is
+        // exclusively borrowed for this call, so no write races another and
+        // neither input is aliased.
         if work < PARALLEL_MIN_WORK || threads == 1 {
-            unsafe { sgemm::multiply_serial(m, n, k, out, false, a, b) };
+            unsafe { product.run() };
         } else if work < SPLIT_MAX_WORK {
             // A mid-sized product (a Keras layer's): split the larger output
             // dimension into blocks, each a single-threaded product, shared
@@ -188,14 +191,11 @@ impl MatMulPlan {
                 edge(i)..edge(i + 1)
             };
             pool::for_each_index(blocks, |i| {
-                let (rows, cols) = if m >= n { (split(m, i), 0..n) } else { (0..m, split(n, i)) };
-                if !rows.is_empty() && !cols.is_empty() {
-                    let (a, b, out) = (a.at(rows.start, 0), b.at(0, cols.start), out.at(rows.start, cols.start));
-                    unsafe { sgemm::multiply_serial(rows.len(), cols.len(), k, out, false, a, b) };
-                }
+                let block = if m >= n { product.block(split(m, i), 0..n) } else { product.block(0..m, split(n, i)) };
+                unsafe { block.run() };
             });
         } else {
-            unsafe { sgemm::multiply_parallel(m, n, k, out, false, a, b) };
+            unsafe { product.run_on_pool() };
         }
         Ok(())
     }

@@ -21,6 +21,7 @@
 //! never starts threads of its own next to ours.
 
 use super::pool;
+use std::ops::Range;
 
 /// `m·n·k` from which a product may go to BLIS: below it `gemm` is as fast
 /// or faster (`matmul`'s mid-sized products split into blocks stay on it).
@@ -47,173 +48,168 @@ pub struct Destination {
     pub row_stride: isize,
 }
 
-// SAFETY: the pointers are only dereferenced inside `multiply_serial` /
-// `multiply_parallel`, whose callers guarantee they stay valid and that the
-// destination blocks written by different threads are disjoint.
-unsafe impl Send for Operand {}
-unsafe impl Sync for Operand {}
-unsafe impl Send for Destination {}
-unsafe impl Sync for Destination {}
-
-impl Operand {
-    /// The same matrix from element `(row, col)` on (a block's corner).
-    pub fn at(self, row: usize, col: usize) -> Operand {
-        let offset = row as isize * self.row_stride + col as isize * self.col_stride;
-        Operand { ptr: self.ptr.wrapping_offset(offset), ..self }
-    }
+/// `dst[m,n] = lhs[m,k] · rhs[k,n]`, or `dst += lhs · rhs` when
+/// `accumulate`.
+///
+/// Building one is safe; running it is not: see [`Product::run`].
+#[derive(Debug, Clone, Copy)]
+pub struct Product {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub lhs: Operand,
+    pub rhs: Operand,
+    pub dst: Destination,
+    pub accumulate: bool,
 }
 
-impl Destination {
-    /// The same matrix from element `(row, col)` on.
-    pub fn at(self, row: usize, col: usize) -> Destination {
-        Destination { ptr: self.ptr.wrapping_offset(row as isize * self.row_stride + col as isize), ..self }
-    }
-}
+// SAFETY: the pointers are only dereferenced by `Product::run` and
+// `Product::run_on_pool`, whose callers guarantee they stay valid for the
+// call and that blocks written by different threads are disjoint.
+unsafe impl Send for Product {}
+unsafe impl Sync for Product {}
 
-/// Which backend a product of this size goes to.
+/// Which library a product goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Gemm,
     Blis,
 }
 
-/// The backend for an `m×k · k×n` product on this CPU.
-pub fn backend(m: usize, n: usize, k: usize) -> Backend {
-    let large = m.saturating_mul(n).saturating_mul(k) >= BLIS_MIN_WORK && m.min(n) >= BLIS_MIN_SIDE;
-    if large && blis::available() {
-        Backend::Blis
-    } else {
-        Backend::Gemm
-    }
-}
-
-/// `dst[m,n] = lhs[m,k] · rhs[k,n]`, or `+=` when `accumulate`, on the
-/// calling thread.
-///
-/// # Safety
-///
-/// Every element `lhs(i, p)`, `rhs(p, j)` and `dst(i, j)` for `i < m`,
-/// `j < n`, `p < k` lies inside a live allocation; `dst` aliases neither
-/// operand, and no other thread reads or writes those `dst` elements during
-/// the call. `m`, `n`, `k` and every offset fit in `isize`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn multiply_serial(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: Destination,
-    accumulate: bool,
-    lhs: Operand,
-    rhs: Operand,
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    match backend(m, n, k) {
-        // SAFETY: forwarded from this function's contract.
-        Backend::Blis => unsafe { blis::sgemm(m, n, k, dst, accumulate, lhs, rhs) },
-        // SAFETY: forwarded from this function's contract.
-        Backend::Gemm => unsafe { gemm_crate(m, n, k, dst, accumulate, lhs, rhs, gemm::Parallelism::None) },
-    }
-}
-
-/// [`multiply_serial`] spread over the compute pool: for BLIS one block of
-/// output rows (or columns, when the output is wider than tall) per thread,
-/// shared with the calling thread; for `gemm` its own threading inside the
-/// pool, which packs each panel once for all threads.
-///
-/// # Safety
-///
-/// As for [`multiply_serial`].
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn multiply_parallel(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: Destination,
-    accumulate: bool,
-    lhs: Operand,
-    rhs: Operand,
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    let threads = pool::threads();
-    match backend(m, n, k) {
-        Backend::Blis if threads > 1 => {
-            // Block edges on multiples of 48, a whole number of BLIS's
-            // 6×16 register tiles either way.
-            let edge = |len: usize, i: usize| (len * i / threads).next_multiple_of(48).min(len);
-            pool::for_each_index(threads, |i| {
-                let (rows, cols) =
-                    if m >= n { (edge(m, i)..edge(m, i + 1), 0..n) } else { (0..m, edge(n, i)..edge(n, i + 1)) };
-                if rows.is_empty() || cols.is_empty() {
-                    return;
-                }
-                let (lhs, rhs, dst) = (lhs.at(rows.start, 0), rhs.at(0, cols.start), dst.at(rows.start, cols.start));
-                // SAFETY: the block is inside the product (so inside the
-                // caller's allocations), and blocks of different indices
-                // cover disjoint rows or columns of `dst`.
-                unsafe { blis::sgemm(rows.len(), cols.len(), k, dst, accumulate, lhs, rhs) }
-            });
-        }
-        // SAFETY: forwarded from this function's contract.
-        Backend::Blis => unsafe { blis::sgemm(m, n, k, dst, accumulate, lhs, rhs) },
-        Backend::Gemm => {
-            let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-            // SAFETY: forwarded from this function's contract; gemm's rayon
-            // mode writes disjoint parts of `dst` from the pool's threads.
-            pool::install(|| unsafe { gemm_crate(m, n, k, dst, accumulate, lhs, rhs, parallelism) });
+impl Product {
+    /// The library for this product's size on this CPU.
+    pub fn backend(&self) -> Backend {
+        let Product { m, n, k, .. } = *self;
+        let large = m.saturating_mul(n).saturating_mul(k) >= BLIS_MIN_WORK && m.min(n) >= BLIS_MIN_SIDE;
+        if large && blis::available() {
+            Backend::Blis
+        } else {
+            Backend::Gemm
         }
     }
-}
 
-/// # Safety
-///
-/// As for [`multiply_serial`].
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_crate(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: Destination,
-    accumulate: bool,
-    lhs: Operand,
-    rhs: Operand,
-    parallelism: gemm::Parallelism,
-) {
-    // SAFETY: the caller guarantees the addressed elements are in bounds and
-    // unaliased; f32 is a type gemm implements, so it does not panic on
-    // dispatch. With `read_dst == false` gemm only writes `dst` (alpha is
-    // then ignored); with `true` it computes 1·dst + 1·lhs·rhs.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.ptr,
-            1,
-            dst.row_stride,
-            accumulate,
-            lhs.ptr,
-            lhs.col_stride,
-            lhs.row_stride,
-            rhs.ptr,
-            rhs.col_stride,
-            rhs.row_stride,
-            1.0f32,
-            1.0f32,
-            false,
-            false,
-            false,
-            parallelism,
-        )
+    /// The part of the product that writes output rows `rows` and columns
+    /// `cols` (ranges inside `0..m` and `0..n`).
+    pub fn block(self, rows: Range<usize>, cols: Range<usize>) -> Product {
+        debug_assert!(rows.end <= self.m && cols.end <= self.n);
+        let (lhs, rhs, dst) = (self.lhs, self.rhs, self.dst);
+        // Pointer arithmetic only: the elements are dereferenced by `run`,
+        // under its contract, and the block lies inside the product.
+        let at = |ptr: *const f32, row: usize, row_stride: isize, col: usize, col_stride: isize| {
+            ptr.wrapping_offset(row as isize * row_stride + col as isize * col_stride)
+        };
+        Product {
+            m: rows.len(),
+            n: cols.len(),
+            lhs: Operand { ptr: at(lhs.ptr, rows.start, lhs.row_stride, 0, 0), ..lhs },
+            rhs: Operand { ptr: at(rhs.ptr, 0, 0, cols.start, rhs.col_stride), ..rhs },
+            dst: Destination { ptr: at(dst.ptr, rows.start, dst.row_stride, cols.start, 1).cast_mut(), ..dst },
+            ..self
+        }
+    }
+
+    /// Computes the product on the calling thread.
+    ///
+    /// # Safety
+    ///
+    /// Every element `lhs(i, p)`, `rhs(p, j)` and `dst(i, j)` for `i < m`,
+    /// `j < n`, `p < k` lies inside a live allocation; `dst` aliases neither
+    /// operand, and no other thread reads or writes those `dst` elements
+    /// during the call. `m`, `n`, `k` and every offset fit in `isize`.
+    pub unsafe fn run(self) {
+        if self.m == 0 || self.n == 0 {
+            return;
+        }
+        match self.backend() {
+            // SAFETY: forwarded from this function's contract.
+            Backend::Blis => unsafe { blis::sgemm(self) },
+            // SAFETY: forwarded from this function's contract.
+            Backend::Gemm => unsafe { self.run_gemm(gemm::Parallelism::None) },
+        }
+    }
+
+    /// [`Product::run`] spread over the compute pool: for BLIS one block of
+    /// output rows (or columns, when the output is wider than tall) per
+    /// thread, shared with the calling thread; for `gemm` its own threading
+    /// inside the pool, which packs each panel once for all threads.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Product::run`].
+    pub unsafe fn run_on_pool(self) {
+        if self.m == 0 || self.n == 0 {
+            return;
+        }
+        let threads = pool::threads();
+        match self.backend() {
+            Backend::Blis if threads > 1 => {
+                // Block edges on multiples of 48, a whole number of BLIS's
+                // 6×16 register tiles either way.
+                let edge = |len: usize, i: usize| (len * i / threads).next_multiple_of(48).min(len);
+                let Product { m, n, .. } = self;
+                pool::for_each_index(threads, |i| {
+                    let block = if m >= n {
+                        self.block(edge(m, i)..edge(m, i + 1), 0..n)
+                    } else {
+                        self.block(0..m, edge(n, i)..edge(n, i + 1))
+                    };
+                    // SAFETY: the block is inside the product, so inside the
+                    // caller's allocations, and blocks of different indices
+                    // cover disjoint rows or columns of `dst`. An empty block
+                    // returns at once.
+                    unsafe { block.run() }
+                });
+            }
+            // SAFETY: forwarded from this function's contract.
+            Backend::Blis => unsafe { blis::sgemm(self) },
+            Backend::Gemm => {
+                let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+                // SAFETY: forwarded from this function's contract; gemm's
+                // rayon mode writes disjoint parts of `dst` from the pool's
+                // threads.
+                pool::install(|| unsafe { self.run_gemm(parallelism) });
+            }
+        }
+    }
+
+    /// # Safety
+    ///
+    /// As for [`Product::run`].
+    unsafe fn run_gemm(self, parallelism: gemm::Parallelism) {
+        let Product { m, n, k, lhs, rhs, dst, accumulate } = self;
+        // SAFETY: the caller guarantees the addressed elements are in bounds
+        // and unaliased; f32 is a type gemm implements, so it does not panic
+        // on dispatch. With `read_dst == false` gemm only writes `dst` (alpha
+        // is then ignored); with `true` it computes 1·dst + 1·lhs·rhs.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                dst.ptr,
+                1,
+                dst.row_stride,
+                accumulate,
+                lhs.ptr,
+                lhs.col_stride,
+                lhs.row_stride,
+                rhs.ptr,
+                rhs.col_stride,
+                rhs.row_stride,
+                1.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                parallelism,
+            )
+        }
     }
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod blis {
-    use super::{Destination, Operand};
+    use super::Product;
     use std::ffi::c_int;
     use std::sync::OnceLock;
 
@@ -261,9 +257,10 @@ mod blis {
 
     /// # Safety
     ///
-    /// As for `multiply_serial`, and [`available`] returned true.
-    pub unsafe fn sgemm(m: usize, n: usize, k: usize, dst: Destination, accumulate: bool, lhs: Operand, rhs: Operand) {
+    /// As for [`Product::run`], and [`available`] returned true.
+    pub unsafe fn sgemm(product: Product) {
         debug_assert!(available());
+        let Product { m, n, k, lhs, rhs, dst, accumulate } = product;
         let (alpha, beta) = (1.0f32, if accumulate { 1.0f32 } else { 0.0 });
         // SAFETY: the caller guarantees every addressed element is in bounds
         // and `dst` unaliased; the extents and strides fit in isize, hence
@@ -293,13 +290,13 @@ mod blis {
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 mod blis {
-    use super::{Destination, Operand};
+    use super::Product;
 
     pub fn available() -> bool {
         false
     }
 
-    pub unsafe fn sgemm(_: usize, _: usize, _: usize, _: Destination, _: bool, _: Operand, _: Operand) {
+    pub unsafe fn sgemm(_: Product) {
         unreachable!("BLIS is only built for x86_64 Linux")
     }
 }
@@ -308,19 +305,13 @@ mod blis {
 mod tests {
     use super::*;
 
-    fn values(len: usize, seed: u32) -> Vec<f32> {
-        let mut state = seed.wrapping_mul(2654435761).wrapping_add(1);
-        (0..len)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 17;
-                state ^= state << 5;
-                (state % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect()
+    /// Values in [-1, 1) that repeat only every 2003 elements.
+    fn values(len: usize, seed: usize) -> Vec<f32> {
+        (0..len).map(|i| ((i * 7919 + seed * 104729) % 2003) as f32 / 1001.5 - 1.0).collect()
     }
 
-    /// `lhs` is `m×k` stored transposed when `ta`, `rhs` `k×n` likewise.
+    /// `op(a)·op(b)` in f64: `a` is `m×k`, stored transposed when `ta`;
+    /// `b` is `k×n`, likewise with `tb`.
     fn reference(m: usize, n: usize, k: usize, a: &[f32], ta: bool, b: &[f32], tb: bool) -> Vec<f64> {
         let mut out = vec![0f64; m * n];
         for i in 0..m {
@@ -337,48 +328,64 @@ mod tests {
         out
     }
 
-    /// Runs both entry points on a product large enough for BLIS (where the
-    /// CPU has it), with every transpose, into a destination that starts as
-    /// NaN (overwritten) or as ones (accumulated onto).
+    /// The product of `a` and `b` (layouts as in [`reference`]) into `out`.
+    fn product([m, n, k]: [usize; 3], a: &[f32], ta: bool, b: &[f32], tb: bool, out: &mut [f32]) -> Product {
+        assert_eq!((a.len(), b.len(), out.len()), (m * k, k * n, m * n));
+        let strides = |transposed: bool, rows: usize, cols: usize| {
+            if transposed {
+                (1, rows as isize)
+            } else {
+                (cols as isize, 1)
+            }
+        };
+        let ((a_rs, a_cs), (b_rs, b_cs)) = (strides(ta, m, k), strides(tb, k, n));
+        Product {
+            m,
+            n,
+            k,
+            lhs: Operand { ptr: a.as_ptr(), row_stride: a_rs, col_stride: a_cs },
+            rhs: Operand { ptr: b.as_ptr(), row_stride: b_rs, col_stride: b_cs },
+            dst: Destination { ptr: out.as_mut_ptr(), row_stride: n as isize },
+            accumulate: false,
+        }
+    }
+
+    fn assert_close(got: &[f32], want: &[f64], offset: f64, what: &str) {
+        for (index, (&got, &want)) in got.iter().zip(want).enumerate() {
+            let want = want + offset;
+            assert!(
+                (f64::from(got) - want).abs() <= 1e-3 * (1.0 + want.abs()),
+                "{what}: element {index} is {got}, want {want}"
+            );
+        }
+    }
+
+    /// Both entry points on a product large enough for BLIS (where the CPU
+    /// has it), with every transpose, into a destination that starts as NaN
+    /// (overwritten) or as ones (accumulated onto).
     #[test]
-    fn large_products_match_a_reference_with_both_entry_points() {
+    fn large_products_match_a_reference_on_both_entry_points() {
         // Odd sides: blocks end off BLIS's and gemm's register tiles.
         let (m, n, k) = (331, 269, 1031);
-        assert!(m * n * k >= BLIS_MIN_WORK && m.min(n) >= BLIS_MIN_SIDE);
         let (a, b) = (values(m * k, 1), values(k * n, 2));
         for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
             let expect = reference(m, n, k, &a, ta, &b, tb);
-            let lhs = Operand {
-                ptr: a.as_ptr(),
-                row_stride: if ta { 1 } else { k as isize },
-                col_stride: if ta { m as isize } else { 1 },
-            };
-            let rhs = Operand {
-                ptr: b.as_ptr(),
-                row_stride: if tb { 1 } else { n as isize },
-                col_stride: if tb { k as isize } else { 1 },
-            };
-            for parallel in [false, true] {
+            for on_pool in [false, true] {
                 for accumulate in [false, true] {
                     let mut out = vec![if accumulate { 1.0 } else { f32::NAN }; m * n];
-                    let dst = Destination { ptr: out.as_mut_ptr(), row_stride: n as isize };
-                    // SAFETY: the operands hold m·k and k·n elements with
-                    // the strides of their layout; `out` holds m·n.
+                    let product = Product { accumulate, ..product([m, n, k], &a, ta, &b, tb, &mut out) };
+                    assert!(m * n * k >= BLIS_MIN_WORK && m.min(n) >= BLIS_MIN_SIDE);
+                    // SAFETY: `product` addresses `a`, `b` and `out` within
+                    // their lengths (asserted by the helper).
                     unsafe {
-                        if parallel {
-                            multiply_parallel(m, n, k, dst, accumulate, lhs, rhs);
+                        if on_pool {
+                            product.run_on_pool();
                         } else {
-                            multiply_serial(m, n, k, dst, accumulate, lhs, rhs);
+                            product.run();
                         }
                     }
-                    let offset = if accumulate { 1.0 } else { 0.0 };
-                    for (index, (&got, &want)) in out.iter().zip(&expect).enumerate() {
-                        let want = want + offset;
-                        assert!(
-                            (f64::from(got) - want).abs() <= 1e-3 * (1.0 + want.abs()),
-                            "ta={ta} tb={tb} parallel={parallel} accumulate={accumulate}: element {index} is {got}, want {want}"
-                        );
-                    }
+                    let what = format!("ta={ta} tb={tb} on_pool={on_pool} accumulate={accumulate}");
+                    assert_close(&out, &expect, if accumulate { 1.0 } else { 0.0 }, &what);
                 }
             }
         }
@@ -386,28 +393,41 @@ mod tests {
 
     #[test]
     fn blis_only_takes_large_wide_products() {
-        assert_eq!(backend(128, 512, 784), Backend::Gemm);
-        assert_eq!(backend(43264, 64, 288), Backend::Gemm);
+        let (a, b) = (vec![0f32; 1], vec![0f32; 1]);
+        let mut out = vec![0f32; 1];
+        let base = product([1, 1, 1], &a, false, &b, false, &mut out);
+        let sized = |m, n, k| Product { m, n, k, ..base };
+        assert_eq!(sized(128, 512, 784).backend(), Backend::Gemm);
+        assert_eq!(sized(43264, 64, 288).backend(), Backend::Gemm);
         let expected = if blis::available() { Backend::Blis } else { Backend::Gemm };
-        assert_eq!(backend(2048, 2048, 2048), expected);
+        assert_eq!(sized(2048, 2048, 2048).backend(), expected);
     }
 
     #[test]
     fn a_wider_than_tall_product_splits_by_columns() {
-        // m < n: the parallel path cuts columns; every column must be written.
+        // m < n: the pool's split cuts columns; every column must be written.
         let (m, n, k) = (260, 1500, 700);
         let (a, b) = (values(m * k, 3), values(k * n, 4));
-        let expect = reference(m, n, k, &a, false, &b, false);
         let mut out = vec![f32::NAN; m * n];
-        let lhs = Operand { ptr: a.as_ptr(), row_stride: k as isize, col_stride: 1 };
-        let rhs = Operand { ptr: b.as_ptr(), row_stride: n as isize, col_stride: 1 };
-        // SAFETY: as in the test above.
-        unsafe {
-            multiply_parallel(m, n, k, Destination { ptr: out.as_mut_ptr(), row_stride: n as isize }, false, lhs, rhs)
-        };
-        assert!(out
-            .iter()
-            .zip(&expect)
-            .all(|(&got, &want)| (f64::from(got) - want).abs() <= 1e-3 * (1.0 + want.abs())));
+        // SAFETY: as above.
+        unsafe { product([m, n, k], &a, false, &b, false, &mut out).run_on_pool() };
+        assert_close(&out, &reference(m, n, k, &a, false, &b, false), 0.0, "260x1500x700");
+    }
+
+    #[test]
+    fn a_block_is_the_same_part_of_the_product() {
+        let (m, n, k) = (37, 29, 11);
+        let (a, b) = (values(m * k, 5), values(k * n, 6));
+        for (ta, tb) in [(false, false), (true, true)] {
+            let expect = reference(m, n, k, &a, ta, &b, tb);
+            let mut out = vec![f32::NAN; m * n];
+            let whole = product([m, n, k], &a, ta, &b, tb, &mut out);
+            for (rows, cols) in [(0..m, 0..n), (5..17, 0..n), (0..m, 3..29), (36..37, 28..29), (4..4, 0..n)] {
+                // SAFETY: a block of the product is inside it.
+                unsafe { whole.block(rows, cols).run() };
+            }
+            // The blocks above cover every element; all hold the product.
+            assert_close(&out, &expect, 0.0, &format!("ta={ta} tb={tb}"));
+        }
     }
 }
