@@ -363,9 +363,10 @@ fn copy_work(dst: SendPtr, src: SendPtr, len: u64) -> device::WorkFn {
     Box::new(move || {
         if len > 0 {
             // SAFETY: both ranges were checked (device side inside a region,
-            // host side non-null), and TF keeps them alive until the stream
-            // work completes; `copy` tolerates overlap.
-            unsafe { ptr::copy(src.get(), dst.get(), len as usize) };
+            // host side non-null), and TF keeps them alive and leaves them
+            // alone until the stream work completes; `copy_bytes` tolerates
+            // overlap.
+            unsafe { device::copy_bytes(src.get(), dst.get(), len as usize) };
         }
         Ok(())
     })

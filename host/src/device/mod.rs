@@ -33,7 +33,7 @@ use crate::sandbox::{
     DeviceConfig, DeviceError, DeviceInfo, EventStatus, GuestInstance, GuestProgram, Ticket, Usage, WorkKind,
 };
 pub use arena::{DeviceArena, Pages, ALIGNMENT};
-pub use streams::{SendPtr, StreamQueue, WorkFn};
+pub use streams::{copy_bytes, SendPtr, StreamQueue, WorkFn};
 
 /// How many times a device replaces a faulty guest instance before giving up.
 pub const MAX_REPLACEMENTS: u32 = 8;

@@ -228,10 +228,66 @@ impl SendPtr {
     }
 }
 
+/// Copies of at least this many bytes between disjoint ranges are split
+/// across the compute pool. One thread moved a 16 MiB device→host copy at
+/// ~5 GB/s on the 2-core VM; the copy of `.numpy()` on a 2048² result took
+/// 6.7 ms against the CPU device's 2.8 ms (which copies too, once).
+pub const PARALLEL_COPY_MIN_BYTES: usize = 1 << 20;
+
+/// Bytes per chunk of a split copy: the pool hands chunks out one at a
+/// time, so a helper that starts late just takes fewer.
+const COPY_CHUNK_BYTES: usize = 256 << 10;
+
+/// `memmove(dst, src, len)` for the stream's copies: large copies between
+/// disjoint ranges run on the calling thread and the compute pool together.
+///
+/// # Safety
+///
+/// `src` is readable and `dst` writable for `len` bytes, and nothing else
+/// writes either range (or reads `dst`) until this returns. The ranges may
+/// overlap (such a copy stays on this thread).
+pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
+    let (s, d) = (src as usize, dst as usize);
+    let disjoint = s.saturating_add(len) <= d || d.saturating_add(len) <= s;
+    if len < PARALLEL_COPY_MIN_BYTES || !disjoint || crate::kernels::pool::threads() < 2 {
+        // SAFETY: the caller's contract; `copy` tolerates overlap.
+        unsafe { std::ptr::copy(src, dst, len) };
+        return;
+    }
+    // SAFETY: the ranges are valid for `len` bytes (caller), disjoint
+    // (checked), and no one else touches them meanwhile, so a shared and an
+    // exclusive slice over them may coexist for this call.
+    let (src, dst) = unsafe { (std::slice::from_raw_parts(src, len), std::slice::from_raw_parts_mut(dst, len)) };
+    crate::kernels::pool::for_each_chunk_mut(dst, COPY_CHUNK_BYTES, |index, chunk| {
+        let start = index * COPY_CHUNK_BYTES;
+        chunk.copy_from_slice(&src[start..start + chunk.len()]);
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[test]
+    fn copies_move_every_byte_large_small_and_overlapping() {
+        for len in
+            [0, 1, 4097, PARALLEL_COPY_MIN_BYTES - 1, PARALLEL_COPY_MIN_BYTES, 3 * PARALLEL_COPY_MIN_BYTES + 12345]
+        {
+            let src: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let mut dst = vec![0u8; len];
+            // SAFETY: both buffers hold `len` bytes and are disjoint.
+            unsafe { copy_bytes(src.as_ptr(), dst.as_mut_ptr(), len) };
+            assert!(dst == src, "{len} bytes");
+        }
+        // Overlapping ranges inside one buffer: memmove semantics.
+        let len = 2 * PARALLEL_COPY_MIN_BYTES;
+        let mut buffer: Vec<u8> = (0..len + 1000).map(|i| (i % 253) as u8).collect();
+        let expect: Vec<u8> = buffer[..len].to_vec();
+        // SAFETY: both ranges lie inside `buffer`.
+        unsafe { copy_bytes(buffer.as_ptr(), buffer.as_mut_ptr().add(1000), len) };
+        assert!(buffer[1000..] == expect[..]);
+    }
 
     fn queue(id: u64) -> Arc<StreamQueue> {
         StreamQueue::start(id, Box::new(|q, seq, _, outcome| q.mark_completed(seq, outcome))).unwrap()
