@@ -196,6 +196,36 @@ def test_batch_matmul(tf, mode, shape_x, shape_y, adj_x, adj_y):
     assert_same(result, expected, rtol=1e-5, atol=1e-5 * 9 * max(k, 1))
 
 
+# Large enough for BLIS (kernels/sgemm.rs: at least 256·256·1024
+# multiply-adds, both output sides at least 256) on a CPU with AVX2 and FMA,
+# with sides that end off BLIS's and gemm's register tiles; the wide one
+# splits by columns. Compared with NumPy in float64, and with the CPU.
+LARGE_PRODUCTS = [
+    pytest.param(300, 1031, 269, id="tall"),
+    pytest.param(260, 1009, 1283, id="wide"),
+]
+
+
+@pytest.mark.parametrize("transpose_b", [False, True], ids=["b", "bT"])
+@pytest.mark.parametrize("transpose_a", [False, True], ids=["a", "aT"])
+@pytest.mark.parametrize("m,k,n", LARGE_PRODUCTS)
+def test_large_matmul_matches_numpy_and_the_cpu(tf, mode, m, k, n, transpose_a, transpose_b):
+    a = data([k, m] if transpose_a else [m, k], 12)
+    b = data([n, k] if transpose_b else [k, n], 13)
+
+    def matmul(x, y):
+        return tf.linalg.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b)
+
+    result = run(tf, mode, matmul, tf.constant(a), tf.constant(b))
+    assert on_wasm(result)
+    lhs = a.T if transpose_a else a
+    rhs = b.T if transpose_b else b
+    exact = lhs.astype(np.float64) @ rhs.astype(np.float64)
+    atol = 1e-5 * 9 * k
+    np.testing.assert_allclose(result.numpy(), exact, rtol=1e-5, atol=atol)
+    assert_same(result, on_cpu(tf, matmul, tf.constant(a), tf.constant(b)), rtol=1e-5, atol=atol)
+
+
 def test_batch_matmul_errors(tf):
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"compatible batch dimensions: \[2,3,4\] vs. \[3,4,5\]"):
         with tf.device(WASM):
