@@ -335,10 +335,10 @@ where
 }
 
 /// An output pointer shared by the threads that write disjoint parts of it:
-/// the chunks of one [`for_each_chunk_mut`] call, a product's blocks.
+/// the chunks of one [`for_each_chunk_mut`] call.
 /// Making one is safe; every write through [`SharedOut::get`] is an
 /// `unsafe` block that must show its part is disjoint and alive.
-pub(crate) struct SharedOut<T>(pub(crate) *mut T);
+struct SharedOut<T>(*mut T);
 
 // Not derived: a derive would require `T: Copy`.
 impl<T> Clone for SharedOut<T> {
@@ -351,14 +351,14 @@ impl<T> Copy for SharedOut<T> {}
 
 // SAFETY: the pointer is only written through in `unsafe` blocks whose
 // callers give each thread a disjoint part of a `&mut [T]` (`T: Send`) that
-// outlives them (see `for_each_chunk_mut` and the product's blocks).
+// outlives them (see `for_each_chunk_mut`).
 unsafe impl<T: Send> Send for SharedOut<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Sync for SharedOut<T> {}
 
 impl<T> SharedOut<T> {
     /// The address. A method (not `.0`) so closures capture the whole value.
-    pub(crate) fn get(self) -> *mut T {
+    fn get(self) -> *mut T {
         self.0
     }
 }

@@ -164,13 +164,16 @@ impl Product {
                 // read 82–98 GFLOP/s, likely that way, instead of 111–125;
                 // the next three read 118–124. A wake-up is nothing beside a
                 // block of this size.
+                // Each block goes to BLIS as the whole product did: `run`
+                // would choose again by the block's own size, and a block of
+                // a product just above the bounds is below them.
                 pool::install(|| {
-                    (0..threads).into_par_iter().for_each(|i| {
+                    (0..threads).into_par_iter().map(block).filter(|b| b.m > 0 && b.n > 0).for_each(|block| {
                         // SAFETY: the block is inside the product, so inside
                         // the caller's allocations, and blocks of different
-                        // indices cover disjoint rows or columns of `dst`.
-                        // An empty block returns at once.
-                        unsafe { block(i).run() }
+                        // indices cover disjoint rows or columns of `dst`;
+                        // BLIS is available (this arm's backend).
+                        unsafe { blis::sgemm(block) }
                     })
                 });
             }
