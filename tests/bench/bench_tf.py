@@ -4,6 +4,9 @@ Prints, in one run:
 
 (a) eager tiny-op latency: the median time of one ``a + b`` (AddV2 on a [4]
     float32 tensor), on the plugin device and on the CPU, and WASM ÷ CPU;
+    then, for scale, the same for ``tf.identity``, which runs TensorFlow's
+    own kernel on both devices: the pluggable device's cost per eager op
+    before any tfwasm code runs;
 (b) MatMul throughput on 1024×1024 float32 (GFLOP/s), plugin device and CPU
     in alternating samples, and WASM ÷ CPU;
 (c) the same for 2048×2048 when the 1024 run says it will be quick;
@@ -103,6 +106,17 @@ def tiny_op_latency(tf, devices: list[str], batches: int, per_batch: int):
     return alternating_medians(tf, devices, inputs, lambda a, b: a + b, batches, per_batch, warmup=1)
 
 
+def identity_latency(tf, devices: list[str], batches: int, per_batch: int):
+    """Median seconds per ``tf.identity(a)`` on a [4] float32 tensor on each
+    device: TensorFlow's own kernel on both (no tfwasm code on its path), so
+    its ratio is what a pluggable device costs per eager op before any
+    plugin kernel runs."""
+    import numpy as np
+
+    inputs = [np.array([1.0, 2.0, 3.0, 4.0], np.float32)]
+    return alternating_medians(tf, devices, inputs, tf.identity, batches, per_batch, warmup=1)
+
+
 def matmul_throughput(tf, devices: list[str], n: int, samples: int, per_sample: int, warmup: int):
     """(GFLOP/s, seconds per op, device) of an n×n MatMul on each device."""
     import numpy as np
@@ -192,7 +206,11 @@ def main() -> int:
     print("(a) eager AddV2 on [4] float32, latency per op")
     print(f"    {device_type:<5} {wasm_s * 1e6:9.2f} us   (ran on {short(wasm_on)})")
     print(f"    {'CPU':<5} {cpu_s * 1e6:9.2f} us   (ran on {short(cpu_on)})")
-    print(f"    {device_type} / CPU = {wasm_s / cpu_s:.2f}\n")
+    print(f"    {device_type} / CPU = {wasm_s / cpu_s:.2f}")
+    floor = identity_latency(tf, [plugin, cpu], args.tiny_batches, args.tiny_ops)
+    (wasm_id, _), (cpu_id, _) = floor[plugin], floor[cpu]
+    print("    for scale, TensorFlow's own Identity kernel on the same devices (no tfwasm code on its path):")
+    print(f"    {device_type} {wasm_id * 1e6:.2f} us, CPU {cpu_id * 1e6:.2f} us, {device_type} / CPU = {wasm_id / cpu_id:.2f}\n")
 
     # (b), (c) MatMul throughput
     seconds_1024 = None

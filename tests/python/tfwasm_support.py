@@ -243,8 +243,10 @@ WASM = "/device:WASM:0"
 
 def binary_shapes():
     """Operand shape pairs for elementwise binary op tests, as pytest params:
-    0-size with broadcasting, 1×1, primes, 3-D broadcasting, a scalar, an
-    outer product and one large enough for the compute pool."""
+    0-size with broadcasting, 1×1, primes, 3-D broadcasting, a scalar on
+    either side, an outer product, a one-element operand that raises the
+    output's rank, and two large enough for the compute pool (broadcast and
+    same-shape)."""
     import pytest
 
     return [
@@ -255,6 +257,9 @@ def binary_shapes():
         pytest.param([], [2, 3], id="scalar-left"),
         pytest.param([3, 1], [1, 4], id="outer"),
         pytest.param([301, 257], [257], id="large-row"),
+        pytest.param([263, 131], [263, 131], id="large-same"),
+        pytest.param([5, 0], [], id="empty-scalar-right"),
+        pytest.param([1], [4, 1], id="one-raises-rank"),
     ]
 
 
