@@ -7,6 +7,9 @@ The wheel installs into site-packages:
     tensorflow-plugins/tfwasm/device.toml           default sandbox policy
     tensorflow-plugins/tfwasm/reference_device.wasm default guest
     tfwasm/*.py                                     `python -m tfwasm sweep|coverage`
+    tfwasm-<version>.dist-info/licenses/THIRD_PARTY_LICENSES.txt
+                                                    what the plugin and guest are built from,
+                                                    with their license texts
 
 TensorFlow loads every `*.so` directly inside `tensorflow-plugins/` and
 ignores subdirectories, so the policy and guest can sit in `tfwasm/` beside
@@ -25,7 +28,9 @@ import base64
 import hashlib
 import io
 import os
+import json
 import re
+import subprocess
 import sys
 import time
 import zipfile
@@ -100,6 +105,123 @@ def python_package() -> list[tuple[str, bytes, int]]:
     return [(f"{NAME}/{path.name}", path.read_bytes(), 0o644) for path in sorted(source.glob("*.py"))]
 
 
+# Which binary of the wheel each workspace package ends up in, and the
+# target it is built for (the packages it links are those `cargo metadata`
+# resolves for that target, through normal dependencies).
+SHIPPED = (
+    ("tfwasm", "x86_64-unknown-linux-gnu", f"{PLUGIN_DIR}/libtfwasm.so"),
+    ("tfwasm-reference-device", "wasm32-wasip2", f"{PLUGIN_DIR}/{NAME}/reference_device.wasm"),
+)
+
+# Native code a crate builds from sources it carries, under a license of its
+# own that the crate's declared license does not name.
+BUNDLED = {
+    "blis-src": ("BLIS, the C library it builds and links statically (BSD-3-Clause)", "upstream/LICENSE"),
+}
+
+LICENSE_FILE_PREFIXES = ("LICENSE", "LICENCE", "COPYING", "COPYRIGHT", "NOTICE")
+
+
+def linked_packages(root: str, platform: str) -> list[dict]:
+    """The registry packages `root` links on `platform`: its normal
+    dependencies, transitively (build scripts, proc-macros' own build-time
+    dependencies and dev-dependencies are not shipped)."""
+    command = ["cargo", "metadata", "--format-version", "1", "--locked", "--filter-platform", platform]
+    try:
+        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as error:
+        detail = getattr(error, "stderr", "") or error
+        sys.exit(f"build_wheel: `{' '.join(command)}` failed, so the license notices cannot be listed: {detail}")
+    meta = json.loads(result.stdout)
+    packages = {package["id"]: package for package in meta["packages"]}
+    nodes = {node["id"]: node for node in meta["resolve"]["nodes"]}
+    start = [id for id, package in packages.items() if package["name"] == root and package["source"] is None]
+    if len(start) != 1:
+        sys.exit(f"build_wheel: workspace package {root} not found by cargo metadata")
+    seen, stack = set(), list(start)
+    while stack:
+        id = stack.pop()
+        if id in seen:
+            continue
+        seen.add(id)
+        for dep in nodes[id]["deps"]:
+            if any(kind["kind"] is None for kind in dep["dep_kinds"]):
+                stack.append(dep["pkg"])
+    # Workspace packages (no source) are this project's own.
+    return [packages[id] for id in seen if packages[id]["source"] is not None]
+
+
+def license_files(package: dict) -> list[tuple[str, str]]:
+    """`(what, text)` for each license file the package carries."""
+    root = Path(package["manifest_path"]).parent
+    names = sorted(p.name for p in root.iterdir() if p.is_file() and p.name.upper().startswith(LICENSE_FILE_PREFIXES))
+    declared = package.get("license_file")
+    if declared and (root / declared).is_file() and declared not in names:
+        names.append(declared)
+    files = [(name, (root / name).read_text(encoding="utf-8", errors="replace")) for name in names]
+    if package["name"] in BUNDLED:
+        what, relative = BUNDLED[package["name"]]
+        path = root / relative
+        if not path.is_file():
+            sys.exit(f"build_wheel: {package['name']} {package['version']} has no {relative} ({what})")
+        files.append((f"{relative}: {what}", path.read_text(encoding="utf-8", errors="replace")))
+    return files
+
+
+def third_party_notices() -> bytes:
+    """A text listing every third-party package in the wheel's binaries,
+    its declared license, and the license texts the packages carry, each
+    text printed once with the packages it came with."""
+    shipped_in: dict[tuple[str, str], list[str]] = {}
+    packages: dict[tuple[str, str], dict] = {}
+    for root, platform, binary in SHIPPED:
+        for package in linked_packages(root, platform):
+            key = (package["name"], package["version"])
+            packages[key] = package
+            shipped_in.setdefault(key, []).append(binary.rsplit("/", 1)[-1])
+
+    texts: dict[str, int] = {}  # text -> its number
+    bodies: list[tuple[list[str], str]] = []  # per number: (sources, text)
+    listing = []
+    for key in sorted(packages):
+        package = packages[key]
+        numbers = []
+        for what, text in license_files(package):
+            number = texts.get(text)
+            if number is None:
+                number = texts[text] = len(bodies) + 1
+                bodies.append(([], text))
+            bodies[number - 1][0].append(f"{key[0]} {key[1]}: {what}")
+            numbers.append(number)
+        refs = ", ".join(f"[{n}]" for n in numbers) if numbers else "no license file in its package"
+        extra = f"; also {BUNDLED[key[0]][0]}" if key[0] in BUNDLED else ""
+        listing.append(
+            f"{key[0]} {key[1]}\n    license: {package.get('license') or 'not declared'}{extra}\n"
+            f"    in: {', '.join(shipped_in[key])}\n    texts: {refs}\n"
+        )
+
+    out = io.StringIO()
+    out.write(
+        "Third-party software in the tfwasm wheel\n"
+        "========================================\n\n"
+        "libtfwasm.so and reference_device.wasm are built from tfwasm's own crates\n"
+        "and the packages listed below (and the Rust standard library, MIT OR\n"
+        "Apache-2.0): every package Cargo resolves for the binary's target, which\n"
+        "may name a few that the final link leaves out. Each package is listed with\n"
+        "its version, its declared license (an SPDX expression) and the binaries it\n"
+        "is in. The license texts the packages carry follow the list, each printed\n"
+        "once and numbered. A package that carries no license file is still under\n"
+        "the license it declares.\n\n"
+        f"Packages ({len(packages)})\n"
+        "--------\n\n"
+    )
+    out.write("\n".join(listing))
+    out.write("\nLicense texts\n-------------\n")
+    for number, (sources, text) in enumerate(bodies, 1):
+        out.write(f"\n[{number}] from {'; '.join(sources)}\n\n{text.rstrip()}\n")
+    return out.getvalue().encode()
+
+
 def build(plugin: Path, policy: Path, guest: Path, out_dir: Path) -> Path:
     for label, path in (("plugin", plugin), ("policy", policy), ("guest", guest)):
         if not path.is_file():
@@ -113,6 +235,7 @@ def build(plugin: Path, policy: Path, guest: Path, out_dir: Path) -> Path:
         (f"{PLUGIN_DIR}/{NAME}/reference_device.wasm", guest.read_bytes(), 0o644),
         *python_package(),
         (f"{dist_info}/METADATA", metadata(version).encode(), 0o644),
+        (f"{dist_info}/licenses/THIRD_PARTY_LICENSES.txt", third_party_notices(), 0o644),
         (f"{dist_info}/WHEEL", wheel_file().encode(), 0o644),
     ]
     record_name = f"{dist_info}/RECORD"

@@ -215,3 +215,49 @@ def test_coverage_passes_the_exit_status_through(tmp_path):
     done = run_tool(["coverage", "--", str(script)], tmp_path, timeout=300)
     assert done.returncode == 3
     assert "before" in done.stdout
+
+
+# ---------------------------------------------------------------- packaging
+
+
+def test_the_wheel_ships_the_licenses_of_what_it_links():
+    """The installed wheel carries a notices file naming every crate Cargo
+    links into the plugin and the guest, with the license texts, BLIS's
+    BSD text among them (blis-src builds BLIS, whose license its own
+    declared one does not cover)."""
+    import re
+    import shutil
+    from importlib import metadata
+
+    try:
+        notices = metadata.distribution("tfwasm").read_text("licenses/THIRD_PARTY_LICENSES.txt")
+    except metadata.PackageNotFoundError:
+        pytest.skip("the tfwasm wheel is not installed in this interpreter")
+    assert notices, "the installed wheel has no licenses/THIRD_PARTY_LICENSES.txt"
+    if shutil.which("cargo") is None:
+        pytest.skip("cargo is not on PATH")
+
+    entries = dict(re.findall(r"^(\S+ \d\S*)\n    license: .*\n    in: .*\n    texts: (.*)$", notices, re.M))
+    numbered = {int(n) for n in re.findall(r"^\[(\d+)\] from ", notices, re.M)}
+    assert numbered == set(range(1, len(numbered) + 1)), "license texts are not numbered 1..n"
+    for package, texts in entries.items():
+        for n in re.findall(r"\[(\d+)\]", texts):
+            assert int(n) in numbered, f"{package} refers to license text [{n}], which is missing"
+
+    # Cross-check with another Cargo command than the one the build uses.
+    for root, target in (("tfwasm", "x86_64-unknown-linux-gnu"), ("tfwasm-reference-device", "wasm32-wasip2")):
+        tree = subprocess.run(
+            ["cargo", "tree", "-p", root, "-e", "normal", "--target", target, "--prefix", "none", "--locked"],
+            cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+        ).stdout
+        linked = {
+            f"{m.group(1)} {m.group(2)}"
+            for m in re.finditer(r"^(\S+) v(\S+)(?: \(proc-macro\))?( \(/[^)]*\))?", tree, re.M)
+            if not m.group(3)  # workspace packages are tfwasm's own
+        }
+        assert linked, f"cargo tree listed nothing for {root}"
+        missing = sorted(linked - entries.keys())
+        assert not missing, f"{root} links {missing}, which the notices do not list"
+    for package in ("wasmtime", "rayon", "gemm", "blis-src", "wit-bindgen"):
+        assert any(entry.split()[0] == package for entry in entries), package
+    assert "Redistribution and use in source and binary forms" in notices  # BLIS's BSD-3-Clause text
