@@ -27,8 +27,8 @@ import argparse
 import base64
 import hashlib
 import io
-import os
 import json
+import os
 import re
 import subprocess
 import sys
@@ -123,9 +123,9 @@ LICENSE_FILE_PREFIXES = ("LICENSE", "LICENCE", "COPYING", "COPYRIGHT", "NOTICE")
 
 
 def linked_packages(root: str, platform: str) -> list[dict]:
-    """The registry packages `root` links on `platform`: its normal
-    dependencies, transitively (build scripts, proc-macros' own build-time
-    dependencies and dev-dependencies are not shipped)."""
+    """The registry packages `root` is built from on `platform`: its normal
+    dependencies, transitively, proc-macros and theirs included (over-listing
+    is harmless in a notices file); build- and dev-dependencies are left out."""
     command = ["cargo", "metadata", "--format-version", "1", "--locked", "--filter-platform", platform]
     try:
         result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=True)
@@ -135,20 +135,20 @@ def linked_packages(root: str, platform: str) -> list[dict]:
     meta = json.loads(result.stdout)
     packages = {package["id"]: package for package in meta["packages"]}
     nodes = {node["id"]: node for node in meta["resolve"]["nodes"]}
-    start = [id for id, package in packages.items() if package["name"] == root and package["source"] is None]
+    start = [key for key, package in packages.items() if package["name"] == root and package["source"] is None]
     if len(start) != 1:
         sys.exit(f"build_wheel: workspace package {root} not found by cargo metadata")
     seen, stack = set(), list(start)
     while stack:
-        id = stack.pop()
-        if id in seen:
+        package_id = stack.pop()
+        if package_id in seen:
             continue
-        seen.add(id)
-        for dep in nodes[id]["deps"]:
+        seen.add(package_id)
+        for dep in nodes[package_id]["deps"]:
             if any(kind["kind"] is None for kind in dep["dep_kinds"]):
                 stack.append(dep["pkg"])
     # Workspace packages (no source) are this project's own.
-    return [packages[id] for id in seen if packages[id]["source"] is not None]
+    return [packages[package_id] for package_id in seen if packages[package_id]["source"] is not None]
 
 
 def license_files(package: dict) -> list[tuple[str, str]]:
