@@ -7,6 +7,13 @@ device the weights live on. Both runs use ``jit_compile=False``: XLA
 exists only for the CPU, and the comparison is kernel against kernel.
 
     python bench_keras.py --model mlp|cnn|volume|transformer|lstm [--steps 60]
+    python bench_keras.py --model mlp --mirrored WASM|CPU --replicas N
+
+With ``--mirrored`` the model trains under ``tf.distribute.MirroredStrategy``
+over N devices of that type (N logical CPU devices for ``CPU``), each
+replica with the model's batch, and the worker also prints
+``SAMPLES_PER_SECOND`` and, for the plugin, ``DEVICE_TO_DEVICE_BYTES`` per
+step (from ``tfwasm.traffic``).
 """
 
 from __future__ import annotations
@@ -21,7 +28,10 @@ import time
 VOCABULARY = 1000
 
 
-def build(model: str):
+def build(model: str, strategy=None):
+    if strategy is not None:
+        with strategy.scope():
+            return build(model)
     import keras
     from keras import layers
 
@@ -87,13 +97,24 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", choices=["mlp", "cnn", "volume", "transformer", "lstm"], required=True)
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--mirrored", metavar="TYPE", help="train under MirroredStrategy over devices of TYPE")
+    parser.add_argument("--replicas", type=int, default=1, help="devices for --mirrored")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
     import numpy as np
 
     keras.utils.set_random_seed(7)
-    net, shape, batch = build(args.model)
+    strategy = None
+    if args.mirrored:
+        import tensorflow as tf
+
+        if args.mirrored == "CPU":
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * args.replicas)
+        strategy = tf.distribute.MirroredStrategy([f"/device:{args.mirrored}:{i}" for i in range(args.replicas)])
+    net, shape, batch = build(args.model, strategy)
+    batch *= args.replicas
     rng = np.random.default_rng(7)
     if args.model == "transformer":
         x = rng.integers(0, VOCABULARY, size=(batch * args.steps, *shape)).astype(np.int32)
@@ -109,9 +130,18 @@ def main() -> int:
 
     net.fit(x[: batch * 5], y[: batch * 5], batch_size=batch, epochs=1, verbose=0)  # trace and warm up
     ends.clear()
+    traffic = None
+    if args.mirrored and args.mirrored != "CPU":
+        import tfwasm.traffic
+
+        traffic = tfwasm.traffic.read()
     net.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[Clock()])
     steps = [b - a for a, b in zip(ends, ends[1:])]
     print(f"STEP_SECONDS {statistics.median(steps):.9f}")
+    print(f"SAMPLES_PER_SECOND {batch / statistics.median(steps):.3f}")
+    if traffic is not None:
+        moved = sum(d["device_to_device"]["bytes"] for d in tfwasm.traffic.since(traffic))
+        print(f"DEVICE_TO_DEVICE_BYTES {moved / args.steps:.0f}")
     print(f"WEIGHTS_ON {net.trainable_variables[0].value.device}")
     return 0
 

@@ -26,7 +26,13 @@ Prints, in one run:
 (h) a Keras LSTM's train-step time (LSTM(64) over 20 steps of 16 features,
     Dense(10); batch 64), measured as (d) and (e);
 (i) a small volumetric CNN's train-step time (Conv3D + MaxPooling3D ×2,
-    Dense; 16×32×32 volumes, batch 16), measured as (d) and (e).
+    Dense; 16×32×32 volumes, batch 16), measured as (d) and (e);
+(j) the Keras MLP of (d) under ``tf.distribute.MirroredStrategy``: samples
+    per second over 1 and 2 plugin devices (a batch of 128 per replica), and
+    the bytes the gradients' all-reduce moves between devices per step; then
+    the same over 1 and 2 logical CPU devices, and 2 plugin devices ÷ 2 CPU
+    devices. Both devices share this machine's cores, so two replicas cannot
+    be twice as fast as one here: the line reports, it sets no goal.
 
 Both devices get the same inputs, placed on the device before timing, and
 every timed batch ends by copying its last result to the host, so queued
@@ -174,6 +180,40 @@ def train_step_ratio(model: str, rounds: int, steps: int, device_type: str):
     return statistics.median(samples["plugin"]), statistics.median(samples["cpu"]), placed, pairs
 
 
+def mirrored_scaling(rounds: int, steps: int, device_type: str):
+    """Median samples per second of the MLP under MirroredStrategy, keyed by
+    (device type, replicas), and the plugin's device-to-device bytes per
+    step with two replicas. Rounds alternate the four configurations."""
+    import subprocess
+    import tempfile
+
+    from tfwasm_support import make_policy, reference_guest_path, subprocess_env, toml_dumps
+
+    worker = Path(__file__).resolve().parent / "bench_keras.py"
+    configs = [(device_type, 1), (device_type, 2), ("CPU", 1), ("CPU", 2)]
+    samples = {config: [] for config in configs}
+    moved = []
+    with tempfile.TemporaryDirectory() as tmp:
+        policies = {}
+        for name, count in [("two", 2), ("none", 0)]:
+            policies[name] = Path(tmp) / f"{name}.toml"
+            policies[name].write_text(toml_dumps(make_policy(reference_guest_path(), count=count)), encoding="utf-8")
+        for index in range(rounds):
+            for kind, replicas in configs if index % 2 == 0 else configs[::-1]:
+                env = subprocess_env(policy_path=policies["none" if kind == "CPU" else "two"])
+                env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+                cmd = [sys.executable, str(worker), "--model", "mlp", "--steps", str(steps)]
+                cmd += ["--mirrored", kind, "--replicas", str(replicas)]
+                done = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace", timeout=1800)
+                values = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+                if done.returncode != 0 or "SAMPLES_PER_SECOND" not in values:
+                    sys.exit(f"bench_tf: the mirrored worker ({kind} x{replicas}) failed:\n{done.stderr[-3000:]}")
+                samples[(kind, replicas)].append(float(values["SAMPLES_PER_SECOND"]))
+                if kind != "CPU" and replicas == 2:
+                    moved.append(float(values["DEVICE_TO_DEVICE_BYTES"]))
+    return {config: statistics.median(values) for config, values in samples.items()}, statistics.median(moved)
+
+
 def short(device_name: str) -> str:
     return device_name.rsplit("/", 1)[-1].replace("device:", "")
 
@@ -187,7 +227,7 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=60.0, help="seconds the 2048 run may take, or it is skipped")
     parser.add_argument("--train-rounds", type=int, default=5, help="process pairs per Keras model")
     parser.add_argument("--train-steps", type=int, default=60, help="timed train steps per process")
-    parser.add_argument("--skip-keras", action="store_true", help="skip (d), (e), (g), (h) and (i)")
+    parser.add_argument("--skip-keras", action="store_true", help="skip (d), (e), (g), (h), (i) and (j)")
     parser.add_argument("--activation-elements", type=int, default=1 << 20, help="tensor size for (f)")
     args = parser.parse_args()
 
@@ -256,6 +296,14 @@ def main() -> int:
         train_step("g", "transformer", "Keras transformer encoder block, 64 tokens, batch 32")
         train_step("h", "lstm", "Keras LSTM(64), 20 steps of 16 features, batch 64")
         train_step("i", "volume", "Keras 3-D CNN, 16x32x32 volumes, batch 16")
+
+        rates, moved = mirrored_scaling(max(2, args.train_rounds // 2), args.train_steps, device_type)
+        print("(j) Keras MLP of (d) under MirroredStrategy, batch 128 per replica: samples per second")
+        for kind in (device_type, "CPU"):
+            one, two = rates[(kind, 1)], rates[(kind, 2)]
+            print(f"    {kind:<5} x1 {one:9.0f}   x2 {two:9.0f}   x2 / x1 = {two / one:.2f}")
+        print(f"    {device_type} x2 / CPU x2 = {rates[(device_type, 2)] / rates[('CPU', 2)]:.2f}")
+        print(f"    between the two {device_type} devices: {moved / 1024:.0f} KiB per step (the gradients' all-reduce)\n")
 
     if not wasm_on.endswith(f"{device_type}:0"):
         print(f"note: MatMul results landed on {short(wasm_on)}: the plugin has no MatMul kernel in this build,")

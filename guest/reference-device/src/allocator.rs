@@ -9,12 +9,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Sizes are rounded up to this, so block boundaries stay 64-byte aligned
-/// for the common requests (TensorFlow asks for 64) and tiny fragments do
-/// not accumulate. A block that cannot hold the rounded size but can hold
-/// the exact one (the tail of a region whose size is not a multiple of 64)
-/// is still used.
-pub const GRANULE: u64 = 64;
+/// Sizes are rounded up to this, so block boundaries stay aligned for the
+/// host's requests (256 bytes, what TensorFlow's BFC allocator requires)
+/// and tiny fragments do not accumulate. A block that cannot hold the
+/// rounded size but can hold the exact one (the tail of a region whose size
+/// is not a multiple of 256) is still used.
+pub const GRANULE: u64 = 256;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AllocError {
@@ -302,10 +302,10 @@ mod tests {
     fn sizes_round_to_granules_but_free_returns_exactly_what_was_taken() {
         let mut a = BestFit::new(4096);
         let x = a.allocate(1, 1).unwrap();
-        let y = a.allocate(65, 1).unwrap();
-        assert_eq!((x, y), (0, 64));
-        assert_eq!(a.stats().bytes_in_use, 64 + 128);
-        assert_eq!(a.stats().largest_alloc_size, 65);
+        let y = a.allocate(257, 1).unwrap();
+        assert_eq!((x, y), (0, GRANULE));
+        assert_eq!(a.stats().bytes_in_use, GRANULE + 2 * GRANULE);
+        assert_eq!(a.stats().largest_alloc_size, 257);
         a.free(x).unwrap();
         a.free(y).unwrap();
         assert_eq!(a.stats().largest_free_block, 4096);
@@ -344,10 +344,11 @@ mod tests {
         let mut a = BestFit::new(1000);
         assert_eq!(a.allocate(1000, 64), Ok(0));
         a.free(0).unwrap();
-        let x = a.allocate(960, 64).unwrap();
-        assert_eq!(a.allocate(40, 64), Ok(960));
+        let x = a.allocate(3 * GRANULE, 64).unwrap();
+        // 1000 - 768 = 232 bytes are left: less than a granule, enough for 40.
+        assert_eq!(a.allocate(40, 64), Ok(3 * GRANULE));
         a.free(x).unwrap();
-        a.free(960).unwrap();
+        a.free(3 * GRANULE).unwrap();
         assert_eq!(a.stats().largest_free_block, 1000);
         a.check_invariants();
     }
@@ -400,7 +401,7 @@ mod tests {
         // Ranges closer than a granule keep exactly to their own bytes.
         a.adopt(&[(1024, 10), (1040, 10)]).unwrap();
         a.check_invariants();
-        assert_eq!(a.live().collect::<Vec<_>>(), vec![(0, 64), (1024, 16), (1040, 48)]);
+        assert_eq!(a.live().collect::<Vec<_>>(), vec![(0, GRANULE), (1024, 16), (1040, 1280 - 1040)]);
     }
 
     #[test]

@@ -32,7 +32,8 @@ use super::{ffi_guard, ffi_guard_or};
 use crate::error::Error;
 use crate::kernels::shape::{element_count, Dims, ShapeDisplay};
 use crate::kernels::{
-    fused, pool, scatter, Attrs, DType, Kernel, KernelDef, OpContext, Owner, Tensor, DEFER_MIN_INPUT_BYTES,
+    fused, pool, scatter, tensor::may_forward, Attrs, DType, Kernel, KernelDef, OpContext, OutputPlace, Owner, Tensor,
+    DEFER_MIN_INPUT_BYTES,
 };
 use smallvec::SmallVec;
 
@@ -682,10 +683,50 @@ impl Context<'_> {
         // SAFETY: `data` points to at least `len * dtype.size()` bytes,
         // aligned (checked above), kept alive by the handle in the owner.
         // Inputs are not written while the kernel runs; outputs (`known`)
-        // come fresh from TF_AllocateOutput (we never ask TensorFlow to
-        // forward an input into them), so no one else reads them. Device
+        // come fresh from TF_AllocateOutput, or forwarded from an input
+        // whose handles the kernel gave up (`forward_or_allocate_output`,
+        // whose callers read that input through the output only), so no
+        // one else reads them while the kernel writes. Device
         // memory is an anonymous mapping, so the bytes are initialised.
         unsafe { Tensor::from_raw(dtype, shape, data, known.is_some(), handle.into_owner()) }
+    }
+}
+
+impl Context<'_> {
+    fn too_large(&self, shape: &[usize]) -> Error {
+        Error::InvalidArgument(format!("{}: output shape {} is too large", self.op, ShapeDisplay(shape)))
+    }
+
+    /// An output shape as TensorFlow's dimensions: each fits an `i64`, the
+    /// rank a `c_int`, and the element count a `usize`.
+    fn output_dims(&self, shape: &[usize]) -> Result<SmallVec<[i64; 8]>, Error> {
+        let dims = shape
+            .iter()
+            .map(|&d| i64::try_from(d))
+            .collect::<Result<SmallVec<[i64; 8]>, _>>()
+            .map_err(|_| self.too_large(shape))?;
+        if c_int::try_from(dims.len()).is_err() || element_count(shape).is_none() {
+            return Err(self.too_large(shape));
+        }
+        Ok(dims)
+    }
+
+    /// Wraps the handle an allocating call returned, or turns the status it
+    /// set into our error.
+    fn take_output(&self, raw: *mut TF_Tensor, index: usize, dtype: DType, shape: &[usize]) -> Result<Tensor, Error> {
+        self.status.outcome().map_err(|failure| {
+            let what = format!("{}: cannot allocate the output {}", self.op, ShapeDisplay(shape));
+            match super::stream_executor::take_allocation_failure() {
+                // A real out-of-memory keeps TensorFlow's ResourceExhausted;
+                // a guest fault becomes its own error, naming the guest.
+                None => failure.context(what),
+                Some(oom @ Error::OutOfMemory { .. }) => failure.context(format!("{what} ({oom})")),
+                Some(ours) => Error::Tensorflow { code: ours.tf_code(), message: format!("tfwasm: {what}: {ours}") },
+            }
+        })?;
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| Error::Internal(format!("{}: TensorFlow returned no output tensor", self.op)))?;
+        self.wrap(TensorHandle(raw), Slot::Output(index), Some((dtype, shape)))
     }
 }
 
@@ -720,15 +761,10 @@ impl OpContext for Context<'_> {
     fn allocate_output(&self, index: usize, shape: &[usize]) -> Result<Tensor, Error> {
         let dtype = self.output_dtype(index)?;
         let c_index = self.check_output_index(index)?;
-        let too_large =
-            || Error::InvalidArgument(format!("{}: output shape {} is too large", self.op, ShapeDisplay(shape)));
-        let dims = shape
-            .iter()
-            .map(|&d| i64::try_from(d))
-            .collect::<Result<SmallVec<[i64; 8]>, _>>()
-            .map_err(|_| too_large())?;
-        let bytes = element_count(shape).and_then(|n| n.checked_mul(dtype.size())).ok_or_else(too_large)?;
-        let rank = c_int::try_from(dims.len()).map_err(|_| too_large())?;
+        let dims = self.output_dims(shape)?;
+        let bytes =
+            element_count(shape).and_then(|n| n.checked_mul(dtype.size())).ok_or_else(|| self.too_large(shape))?;
+        let rank = dims.len() as c_int;
         self.status.clear();
         // SAFETY: `raw` is live for this compute call; `dims` holds `rank`
         // non-negative dimensions whose product fits (checked above, so
@@ -745,19 +781,76 @@ impl OpContext for Context<'_> {
                 self.status.as_ptr(),
             )
         };
-        self.status.outcome().map_err(|failure| {
-            let what = format!("{}: cannot allocate the output {}", self.op, ShapeDisplay(shape));
-            match super::stream_executor::take_allocation_failure() {
-                // A real out-of-memory keeps TensorFlow's ResourceExhausted;
-                // a guest fault becomes its own error, naming the guest.
-                None => failure.context(what),
-                Some(oom @ Error::OutOfMemory { .. }) => failure.context(format!("{what} ({oom})")),
-                Some(ours) => Error::Tensorflow { code: ours.tf_code(), message: format!("tfwasm: {what}: {ours}") },
+        self.take_output(raw, index, dtype, shape)
+    }
+
+    fn forward_or_allocate_output(
+        &self,
+        index: usize,
+        shape: &[usize],
+        candidates: Vec<(usize, Tensor)>,
+    ) -> Result<OutputPlace, Error> {
+        let dtype = self.output_dtype(index)?;
+        let c_index = self.check_output_index(index)?;
+        let dims = self.output_dims(shape)?;
+        let len = element_count(shape).unwrap_or(usize::MAX);
+        // An input TensorFlow may forward holds the output's values and lies
+        // in device memory: an output must stay inside a device region (see
+        // `forward_input`). Its handle is dropped, since TensorFlow forwards
+        // only a buffer nobody else holds, and taken again if not forwarded.
+        let mut offered: SmallVec<[c_int; 4]> = SmallVec::new();
+        let mut inputs: Vec<Option<Tensor>> = Vec::with_capacity(candidates.len());
+        for (input, tensor) in candidates {
+            let bytes = tensor.bytes();
+            let on_device =
+                bytes.is_empty() || super::stream_executor::in_device_memory(bytes.as_ptr(), bytes.len() as u64);
+            match c_int::try_from(input) {
+                Ok(input) if on_device && may_forward(&tensor, dtype, len) => {
+                    offered.push(input);
+                    inputs.push(None);
+                }
+                _ => inputs.push(Some(tensor)),
             }
-        })?;
-        let raw = NonNull::new(raw)
-            .ok_or_else(|| Error::Internal(format!("{}: TensorFlow returned no output tensor", self.op)))?;
-        self.wrap(TensorHandle(raw), Slot::Output(index), Some((dtype, shape)))
+        }
+        if offered.is_empty() {
+            let output = self.allocate_output(index, shape)?;
+            return Ok(OutputPlace { output, forwarded: None, inputs });
+        }
+        let mut forwarded: c_int = -1;
+        self.status.clear();
+        // SAFETY: `raw` is live for this compute call; `offered` holds
+        // `offered.len()` input indexes below TF_NumInputs (each came from a
+        // handle TF_GetInput gave us); the output index is in range and
+        // `dims` holds a shape TensorShape accepts (both checked above);
+        // `forwarded` and `status` are live. On success we own the
+        // returned handle.
+        let raw = unsafe {
+            TF_ForwardInputOrAllocateOutput(
+                self.raw.as_ptr(),
+                offered.as_ptr(),
+                offered.len() as c_int,
+                c_index,
+                dims.as_ptr(),
+                dims.len() as c_int,
+                &mut forwarded,
+                self.status.as_ptr(),
+            )
+        };
+        let output = self.take_output(raw, index, dtype, shape)?;
+        let mut place = OutputPlace { output, forwarded: None, inputs };
+        let mut next = offered.iter();
+        for (position, slot) in place.inputs.iter_mut().enumerate() {
+            if slot.is_some() {
+                continue;
+            }
+            let Some(&input) = next.next() else { unreachable!("one offered index per dropped handle") };
+            if input == forwarded && place.forwarded.is_none() {
+                place.forwarded = Some(position);
+            } else {
+                *slot = Some(self.input(input as usize)?);
+            }
+        }
+        Ok(place)
     }
 
     fn forward_input(&self, input: usize, output: usize) -> Result<(), Error> {

@@ -10,6 +10,7 @@ pub mod ffi;
 pub mod graph;
 pub mod kernels;
 pub mod stream_executor;
+pub mod tools;
 
 use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use super::ffi::status::TF_Status;
 use super::ffi::stream_executor::*;
 use super::{ffi_guard, ffi_guard_or};
-use crate::device::{self, Device, Handle, Platform, SendPtr};
+use crate::device::{self, Device, Handle, Path, Platform, SendPtr};
 use crate::error::Error;
 use crate::sandbox::{EventStatus, WorkKind};
 
@@ -26,6 +26,11 @@ static PLUGIN: OnceLock<Plugin> = OnceLock::new();
 
 fn plugin() -> Result<&'static Plugin, Error> {
     PLUGIN.get().ok_or_else(|| Error::Internal("SE_InitPlugin has not run".into()))
+}
+
+/// The platform TensorFlow registered, once `SE_InitPlugin` has run.
+pub(super) fn platform() -> Option<&'static Platform> {
+    PLUGIN.get().map(|plugin| plugin.platform)
 }
 
 /// The platform name TensorFlow shows (`SP_Platform::name`).
@@ -684,13 +689,14 @@ unsafe extern "C" fn memcpy_dtod(
 }
 
 unsafe extern "C" fn sync_memcpy_dtoh(
-    _device: *const SP_Device,
+    device: *const SP_Device,
     dst: *mut c_void,
     src: *const SP_DeviceMemoryBase,
     size: u64,
     status: *mut TF_Status,
 ) {
     ffi_guard(status, || {
+        device_of(device)?.traffic().record(Path::DeviceToHost, size);
         run_now(copy_work(
             host_range(dst, size, "sync_memcpy_dtoh")?,
             device_range(src, size, "sync_memcpy_dtoh")?,
@@ -700,13 +706,14 @@ unsafe extern "C" fn sync_memcpy_dtoh(
 }
 
 unsafe extern "C" fn sync_memcpy_htod(
-    _device: *const SP_Device,
+    device: *const SP_Device,
     dst: *mut SP_DeviceMemoryBase,
     src: *const c_void,
     size: u64,
     status: *mut TF_Status,
 ) {
     ffi_guard(status, || {
+        device_of(device)?.traffic().record(Path::HostToDevice, size);
         run_now(copy_work(
             device_range(dst, size, "sync_memcpy_htod")?,
             host_range(src, size, "sync_memcpy_htod")?,
@@ -716,13 +723,14 @@ unsafe extern "C" fn sync_memcpy_htod(
 }
 
 unsafe extern "C" fn sync_memcpy_dtod(
-    _device: *const SP_Device,
+    device: *const SP_Device,
     dst: *mut SP_DeviceMemoryBase,
     src: *const SP_DeviceMemoryBase,
     size: u64,
     status: *mut TF_Status,
 ) {
     ffi_guard(status, || {
+        device_of(device)?.traffic().record(Path::DeviceToDevice, size);
         run_now(copy_work(
             device_range(dst, size, "sync_memcpy_dtod")?,
             device_range(src, size, "sync_memcpy_dtod")?,

@@ -13,8 +13,13 @@ use std::ptr::NonNull;
 
 use parking_lot::Mutex;
 
-/// Alignment of every device allocation: TensorFlow's `Allocator::kAllocatorAlignment`.
-pub const ALIGNMENT: u64 = 64;
+/// Alignment of every device allocation (and of the host memory the plugin
+/// hands TensorFlow). TensorFlow's `Allocator::kAllocatorAlignment` is 64,
+/// but its BFC allocator requires 256 of a sub-allocator and aborts the
+/// process otherwise (`SubAllocator must return memory aligned to at least
+/// 256 bytes`): TensorFlow after 2.21 puts plugin memory under BFC, so 256
+/// is the strictest any supported TensorFlow asks.
+pub const ALIGNMENT: u64 = 256;
 
 /// Why the arena rejected a placement the guest proposed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -243,14 +248,17 @@ mod tests {
         let arena = DeviceArena::new(1 << 20, Pages::Small).unwrap();
         let p = arena.commit(0, 128).unwrap();
         assert_eq!(p, arena.base());
-        assert!(matches!(arena.commit(64, 64), Err(PlacementError::Overlap { live_offset: 0, .. })));
+        assert!(matches!(arena.commit(0, 64), Err(PlacementError::Overlap { live_offset: 0, .. })));
         assert!(matches!(arena.commit(1 << 20, 1), Err(PlacementError::OutOfBounds { .. })));
         assert!(matches!(arena.commit(u64::MAX - 10, 64), Err(PlacementError::OutOfBounds { .. })));
         assert!(matches!(arena.commit(130, 64), Err(PlacementError::Misaligned { .. })));
-        arena.commit(128, 64).unwrap();
+        // 64-byte alignment is not enough: TensorFlow's BFC allocator wants 256.
+        assert!(matches!(arena.commit(192, 64), Err(PlacementError::Misaligned { alignment: 256, .. })));
+        arena.commit(256, 64).unwrap();
         // A block that ends exactly where the next one starts does not overlap.
-        arena.commit(192, 64).unwrap();
-        assert_eq!(arena.bytes_in_use(), 256);
+        arena.commit(512, 256).unwrap();
+        assert!(matches!(arena.commit(256, 64), Err(PlacementError::Overlap { live_offset: 256, .. })));
+        assert_eq!(arena.bytes_in_use(), 128 + 64 + 256);
         assert_eq!(arena.lookup(p), Some((0, 128)));
         assert_eq!(arena.lookup(p.wrapping_add(64)), None, "only block starts are allocations");
         assert_eq!(arena.release(p), Some((0, 128)));

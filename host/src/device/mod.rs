@@ -54,6 +54,53 @@ pub fn ordinal_of(handle: Handle) -> u32 {
     (handle >> ORDINAL_SHIFT) as u32
 }
 
+/// A path data takes through a device: the copy and fill kinds of work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    HostToDevice,
+    DeviceToHost,
+    /// Within the device or between two devices of the platform (the
+    /// regions are host-addressable, so a copy between devices is one
+    /// `memcpy` on the sending device's stream).
+    DeviceToDevice,
+    Fill,
+}
+
+impl Path {
+    pub const ALL: [Path; 4] = [Path::HostToDevice, Path::DeviceToHost, Path::DeviceToDevice, Path::Fill];
+
+    pub fn of(kind: WorkKind) -> Option<Path> {
+        match kind {
+            WorkKind::CopyHostToDevice => Some(Path::HostToDevice),
+            WorkKind::CopyDeviceToHost => Some(Path::DeviceToHost),
+            WorkKind::CopyDeviceToDevice => Some(Path::DeviceToDevice),
+            WorkKind::Memset => Some(Path::Fill),
+            WorkKind::HostCallback | WorkKind::EventMarker | WorkKind::TimerMarker => None,
+        }
+    }
+}
+
+/// How many copies and fills TensorFlow asked of a device, and their bytes,
+/// by [`Path`]: counted as they are submitted, with relaxed atomics (a few
+/// ns), for tools that ask where a program's data went.
+#[derive(Debug, Default)]
+pub struct Traffic {
+    counts: [AtomicU64; Path::ALL.len()],
+    bytes: [AtomicU64; Path::ALL.len()],
+}
+
+impl Traffic {
+    pub fn record(&self, path: Path, bytes: u64) {
+        self.counts[path as usize].fetch_add(1, Ordering::Relaxed);
+        self.bytes[path as usize].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Copies (or fills) and bytes on `path` so far.
+    pub fn read(&self, path: Path) -> (u64, u64) {
+        (self.counts[path as usize].load(Ordering::Relaxed), self.bytes[path as usize].load(Ordering::Relaxed))
+    }
+}
+
 /// What TensorFlow needs to describe a device, kept alive as C strings.
 #[derive(Debug)]
 pub struct Identity {
@@ -153,6 +200,7 @@ pub struct Device {
     recycle_limit: u64,
     slot: Mutex<GuestSlot>,
     next_handle: AtomicU64,
+    traffic: Traffic,
 }
 
 impl std::fmt::Debug for Device {
@@ -198,6 +246,7 @@ impl Device {
                 recycled: Recycled::default(),
             }),
             next_handle: AtomicU64::new(1),
+            traffic: Traffic::default(),
         }))
     }
 
@@ -219,6 +268,10 @@ impl Device {
 
     pub fn arena(&self) -> &DeviceArena {
         &self.arena
+    }
+
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
     }
 
     /// Why the device is disabled, if it is.
@@ -407,6 +460,9 @@ impl Device {
     /// or fill of at most [`INLINE_WORK_MAX_BYTES`] runs at once on the
     /// calling thread when the stream is idle.
     pub fn submit(&self, handle: Handle, kind: WorkKind, work: WorkFn, bytes: Option<u64>) -> Result<(), Error> {
+        if let (Some(path), Some(bytes)) = (Path::of(kind), bytes) {
+            self.traffic.record(path, bytes);
+        }
         let mut slot = self.slot.lock();
         let ordered = self.order(&mut slot, handle, true, "streams.submit", |g, s, id| {
             g.tfwasm_device_streams().call_submit(s, id, kind)

@@ -30,7 +30,7 @@ use super::pool;
 use super::shape::{broadcast_shape, element_count, Broadcast, Dims, ShapeDisplay};
 use super::tensor::by_width;
 use super::vmath::in_wide_lanes;
-use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, TfBool};
+use super::{expect_inputs, types, Attrs, DType, Element, Kernel, KernelDef, OpContext, OutputPlace, TfBool};
 use crate::error::Error;
 
 macro_rules! arith {
@@ -75,6 +75,9 @@ pub const KERNELS: &[KernelDef] = &[
     arith!("Sub", BinaryOp::Sub),
     arith!("Mul", BinaryOp::Mul),
     arith!("RealDiv", BinaryOp::RealDiv),
+    // TensorFlow's v1 `Div` is `RealDiv` on floats; a mean all-reduce builds
+    // it as its final op on the reducing device.
+    arith!("Div", BinaryOp::RealDiv),
     arith!("DivNoNan", BinaryOp::DivNoNan),
     arith!("Maximum", BinaryOp::Maximum),
     arith!("Minimum", BinaryOp::Minimum),
@@ -168,8 +171,8 @@ impl Kernel for BinaryKernel {
         expect_inputs(self.name, ctx, 2)?;
         let (a, b) = (ctx.input(0)?, ctx.input(1)?);
         let plan = BinaryPlan::named(self.op, self.name, a.shape(), b.shape())?;
-        let mut out = ctx.allocate_output(0, plan.output_shape())?;
-        plan.run(a.data()?, b.data()?, out.data_mut()?)
+        let mut place = ctx.forward_or_allocate_output(0, plan.output_shape(), vec![(0, a), (1, b)])?;
+        plan.run_into(Operands::of(&mut place)?)
     }
 }
 
@@ -185,10 +188,11 @@ impl Kernel for IntegerKernel {
         expect_inputs(self.name, ctx, 2)?;
         let (a, b) = (ctx.input(0)?, ctx.input(1)?);
         let plan = BinaryPlan::named(self.op, self.name, a.shape(), b.shape())?;
-        let mut out = ctx.allocate_output(0, plan.output_shape())?;
-        match a.dtype() {
-            DType::I32 => plan.run_integer::<i32>(a.data()?, b.data()?, out.data_mut()?),
-            DType::I64 => plan.run_integer::<i64>(a.data()?, b.data()?, out.data_mut()?),
+        let dtype = a.dtype();
+        let mut place = ctx.forward_or_allocate_output(0, plan.output_shape(), vec![(0, a), (1, b)])?;
+        match dtype {
+            DType::I32 => plan.run_integer_into::<i32>(Operands::of(&mut place)?),
+            DType::I64 => plan.run_integer_into::<i64>(Operands::of(&mut place)?),
             other => Err(Error::InvalidArgument(format!("{}: tfwasm has no {other} kernel", self.name))),
         }
     }
@@ -476,24 +480,106 @@ impl BinaryPlan {
     /// row-major with the shapes the plan was made for; `out` may hold
     /// anything beforehand.
     pub fn run(&self, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
-        with_arith!(self.op, f => self.map(a, b, out, f), Err(self.wrong_kind("float32 arithmetic")))
+        self.run_into(Operands::Fresh { x: a, y: b, out })
+    }
+
+    /// As [`BinaryPlan::run`], into a fresh output or over a forwarded operand.
+    pub fn run_into(&self, operands: Operands<'_, f32>) -> Result<(), Error> {
+        with_arith!(self.op, f => self.map_operands(operands, f), Err(self.wrong_kind("float32 arithmetic")))
     }
 
     /// Computes an integer op: `Add`/`Mul` wrap, `FloorMod` fails on a
     /// zero divisor (any zero in `b` is used when the output is non-empty).
     pub fn run_integer<T: Integer>(&self, a: &[T], b: &[T], out: &mut [T]) -> Result<(), Error> {
+        self.run_integer_into(Operands::Fresh { x: a, y: b, out })
+    }
+
+    /// As [`BinaryPlan::run_integer`], into a fresh output or over a forwarded operand.
+    pub fn run_integer_into<T: Integer>(&self, operands: Operands<'_, T>) -> Result<(), Error> {
         match self.op {
-            BinaryOp::Add => self.map(a, b, out, T::wrapping_add),
-            BinaryOp::Mul => self.map(a, b, out, T::wrapping_mul),
-            BinaryOp::BitwiseAnd => self.map(a, b, out, |x, y| x & y),
+            BinaryOp::Add => self.map_operands(operands, T::wrapping_add),
+            BinaryOp::Mul => self.map_operands(operands, T::wrapping_mul),
+            BinaryOp::BitwiseAnd => self.map_operands(operands, |x, y| x & y),
             BinaryOp::FloorMod => {
-                if self.output_len() > 0 && b.contains(&T::ZERO) {
+                if self.output_len() > 0 && operands.y().contains(&T::ZERO) {
                     return Err(Error::InvalidArgument(format!("{}: Integer division by zero", self.name)));
                 }
-                self.map(a, b, out, T::floor_mod)
+                self.map_operands(operands, T::floor_mod)
             }
             _ => Err(self.wrong_kind("integer")),
         }
+    }
+
+    /// `f` over the operands, wherever the output lives.
+    fn map_operands<T, F>(&self, operands: Operands<'_, T>, f: F) -> Result<(), Error>
+    where
+        T: Copy + Send + Sync,
+        F: Fn(T, T) -> T + Copy + Send + Sync,
+    {
+        match operands {
+            Operands::Fresh { x, y, out } => self.map(x, y, out, f),
+            Operands::IntoX { out, y } => self.map_in_place(Operand::X, out, y, f),
+            Operands::IntoY { x, out } => self.map_in_place(Operand::Y, out, x, move |acc, x| f(x, acc)),
+        }
+    }
+
+    /// `acc[i] = g(acc[i], other[..])` where `acc` is operand `forwarded`,
+    /// which TensorFlow forwarded to the output: it has the output's
+    /// elements, so each is read once, at its own index, just before it is
+    /// overwritten. `g` takes the forwarded operand's element first.
+    fn map_in_place<T, G>(&self, forwarded: Operand, acc: &mut [T], other: &[T], g: G) -> Result<(), Error>
+    where
+        T: Copy + Send + Sync,
+        G: Fn(T, T) -> T + Copy + Send + Sync,
+    {
+        let (acc_shape, other_shape, other_name) = match forwarded {
+            Operand::X => (&self.a_shape, &self.b_shape, "y"),
+            Operand::Y => (&self.b_shape, &self.a_shape, "x"),
+        };
+        self.check_len("the output", acc.len(), self.output_shape())?;
+        if element_count(acc_shape) != Some(self.output_len()) {
+            return Err(Error::Internal(format!(
+                "{}: operand {} was forwarded to the output {} it broadcasts to",
+                self.name,
+                ShapeDisplay(acc_shape),
+                ShapeDisplay(self.output_shape())
+            )));
+        }
+        self.check_len(other_name, other.len(), other_shape)?;
+        fill_chunked(acc, |start, chunk| self.fill_range_in_place(forwarded, other, start, chunk, g));
+        Ok(())
+    }
+
+    /// As [`BinaryPlan::fill_range`] over a forwarded operand: `acc` holds
+    /// output (and operand) elements `start..start + acc.len()`.
+    fn fill_range_in_place<T: Copy, G: Fn(T, T) -> T + Copy>(
+        &self,
+        forwarded: Operand,
+        other: &[T],
+        start: usize,
+        acc: &mut [T],
+        g: G,
+    ) {
+        if acc.is_empty() {
+            return;
+        }
+        // The forwarded operand is laid out as the output, so a run's output
+        // index is its index too: only the other operand's offset matters.
+        let other_of = |a: usize, b: usize| match forwarded {
+            Operand::X => b,
+            Operand::Y => a,
+        };
+        if self.broadcast.is_single_run() {
+            let (a_step, b_step) = self.broadcast.inner_steps();
+            let step = other_of(a_step, b_step);
+            combine_in_place(g, acc, operand(other, start * step, acc.len(), step), step);
+            return;
+        }
+        self.broadcast.for_each_run(start, acc.len(), |run| {
+            let step = other_of(run.a_step, run.b_step);
+            let dst = &mut acc[run.out - start..run.out - start + run.len];
+            combine_in_place(g, dst, operand(other, other_of(run.a, run.b), run.len, step), step);
+        });
     }
 
     /// Computes a comparison op into bools.
@@ -639,6 +725,67 @@ fn combine<A: Copy, B: Copy, O: Copy, F: Fn(A, B) -> O>(
             }
         },
     )
+}
+
+/// `acc[i] = g(acc[i], other[i * step])` with a step of 0 or 1: the
+/// in-place form of [`combine`].
+#[inline(always)]
+fn combine_in_place<T: Copy, G: Fn(T, T) -> T>(g: G, acc: &mut [T], other: &[T], step: usize) {
+    in_wide_lanes(
+        #[inline(always)]
+        || match step {
+            0 => {
+                let y = other[0];
+                for o in acc.iter_mut() {
+                    *o = g(*o, y);
+                }
+            }
+            _ => {
+                for (o, &y) in acc.iter_mut().zip(other) {
+                    *o = g(*o, y);
+                }
+            }
+        },
+    )
+}
+
+/// One of a binary op's two operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operand {
+    X,
+    Y,
+}
+
+/// A binary op's operands and output: three buffers, or two when
+/// TensorFlow forwarded one operand's buffer to the output, which the op
+/// then overwrites.
+pub enum Operands<'a, T> {
+    Fresh { x: &'a [T], y: &'a [T], out: &'a mut [T] },
+    IntoX { out: &'a mut [T], y: &'a [T] },
+    IntoY { x: &'a [T], out: &'a mut [T] },
+}
+
+impl<'a, T: Element> Operands<'a, T> {
+    /// The operands of a kernel whose candidates were inputs 0 and 1, in
+    /// that order.
+    pub fn of(place: &'a mut OutputPlace) -> Result<Self, Error> {
+        let OutputPlace { output, forwarded, inputs } = place;
+        let out = output.data_mut()?;
+        Ok(match (forwarded, inputs.as_slice()) {
+            (None, [Some(x), Some(y)]) => Operands::Fresh { x: x.data()?, y: y.data()?, out },
+            (Some(0), [None, Some(y)]) => Operands::IntoX { out, y: y.data()? },
+            (Some(1), [Some(x), None]) => Operands::IntoY { x: x.data()?, out },
+            _ => return Err(Error::Internal("a binary kernel's output place has no two operands".into())),
+        })
+    }
+
+    /// The second operand's values (the output's, where it was forwarded).
+    fn y(&self) -> &[T] {
+        match self {
+            Operands::Fresh { y, .. } | Operands::IntoX { y, .. } => y,
+            Operands::IntoY { out, .. } => out,
+        }
+    }
 }
 
 // ------------------------------------------------------ Select, SelectV2
@@ -1029,14 +1176,95 @@ mod tests {
         for (i, (&got, &want)) in out.iter().zip(&expected).enumerate() {
             assert!(same(got, want, op), "{op:?} {a_shape:?} {b_shape:?} @{i}: {got} vs {want}");
         }
-        // The kernel, through its op context.
+        // The kernel, through its op context: computing over whichever
+        // operand the context forwards (LocalContext forwards the first that
+        // has the output's elements, as TensorFlow does when nothing else
+        // holds it), and into a fresh output.
         let kernel = BinaryKernel { op, name: op.op_name() };
-        let inputs = vec![Tensor::from_vec(a_shape, a).unwrap(), Tensor::from_vec(b_shape, b).unwrap()];
-        let out = LocalContext::run(&kernel, inputs, &[DType::F32]).unwrap();
-        assert_eq!(out[0].shape(), expected_shape.as_slice(), "kernel {op:?} {a_shape:?} {b_shape:?}");
-        for (i, (&got, &want)) in out[0].data::<f32>().unwrap().iter().zip(&expected).enumerate() {
-            assert!(same(got, want, op), "kernel {op:?} {a_shape:?} {b_shape:?} @{i}: {got} vs {want}");
+        let inputs =
+            || vec![Tensor::from_vec(a_shape, a.clone()).unwrap(), Tensor::from_vec(b_shape, b.clone()).unwrap()];
+        for forwarding in [true, false] {
+            let ctx = LocalContext::new(inputs(), &[DType::F32]);
+            let out = if forwarding {
+                kernel.compute(&ctx).unwrap();
+                ctx.output(0).unwrap()
+            } else {
+                kernel.compute(&NoForward(&ctx)).unwrap();
+                ctx.output(0).unwrap()
+            };
+            assert_eq!(out.shape(), expected_shape.as_slice(), "kernel {op:?} {a_shape:?} {b_shape:?}");
+            for (i, (&got, &want)) in out.data::<f32>().unwrap().iter().zip(&expected).enumerate() {
+                let how = if forwarding { "forwarding" } else { "fresh output" };
+                assert!(same(got, want, op), "kernel ({how}) {op:?} {a_shape:?} {b_shape:?} @{i}: {got} vs {want}");
+            }
         }
+    }
+
+    /// A context that never forwards (the trait's default), around another.
+    struct NoForward<'a>(&'a LocalContext);
+
+    impl OpContext for NoForward<'_> {
+        fn num_inputs(&self) -> usize {
+            self.0.num_inputs()
+        }
+        fn num_outputs(&self) -> usize {
+            self.0.num_outputs()
+        }
+        fn input(&self, index: usize) -> Result<Tensor, Error> {
+            self.0.input(index)
+        }
+        fn output_dtype(&self, index: usize) -> Result<DType, Error> {
+            self.0.output_dtype(index)
+        }
+        fn allocate_output(&self, index: usize, shape: &[usize]) -> Result<Tensor, Error> {
+            self.0.allocate_output(index, shape)
+        }
+        fn forward_input(&self, input: usize, output: usize) -> Result<(), Error> {
+            self.0.forward_input(input, output)
+        }
+    }
+
+    #[test]
+    fn the_operand_with_the_outputs_elements_is_forwarded() {
+        let place = |a: &[usize], b: &[usize], out: &[usize]| {
+            let ctx = LocalContext::new(vec![], &[DType::F32]);
+            let candidates =
+                vec![(0, Tensor::zeros(DType::F32, a).unwrap()), (1, Tensor::zeros(DType::F32, b).unwrap())];
+            let place = ctx.forward_or_allocate_output(0, out, candidates).unwrap();
+            (place.forwarded, place.inputs.iter().map(Option::is_some).collect::<Vec<_>>())
+        };
+        assert_eq!(place(&[7, 13], &[7, 13], &[7, 13]), (Some(0), vec![false, true]));
+        assert_eq!(place(&[], &[2, 3], &[2, 3]), (Some(1), vec![true, false]));
+        assert_eq!(place(&[1, 13], &[7, 1], &[7, 13]), (None, vec![true, true]));
+        // Same element count, other dtype: not forwarded.
+        let ctx = LocalContext::new(vec![], &[DType::F32]);
+        let ints = vec![(0, Tensor::zeros(DType::I32, &[4]).unwrap())];
+        assert_eq!(ctx.forward_or_allocate_output(0, &[4], ints).unwrap().forwarded, None);
+    }
+
+    #[test]
+    fn integer_ops_compute_over_a_forwarded_operand() {
+        // FloorMod over a forwarded divisor still checks it for zeros first.
+        let kernel = IntegerKernel { op: BinaryOp::FloorMod, name: "FloorMod" };
+        let inputs = vec![
+            Tensor::from_vec::<i64>(&[], vec![7]).unwrap(),
+            Tensor::from_vec::<i64>(&[3], vec![3, -2, 0]).unwrap(),
+        ];
+        let err = LocalContext::run(&kernel, inputs, &[DType::I64]).unwrap_err();
+        assert!(err.to_string().contains("Integer division by zero"), "{err}");
+        let inputs = vec![
+            Tensor::from_vec::<i64>(&[], vec![7]).unwrap(),
+            Tensor::from_vec::<i64>(&[3], vec![3, -2, 5]).unwrap(),
+        ];
+        let out = LocalContext::run(&kernel, inputs, &[DType::I64]).unwrap();
+        assert_eq!(out[0].to_vec::<i64>().unwrap(), vec![1, -1, 2]);
+        let kernel = IntegerKernel { op: BinaryOp::Add, name: "AddV2" };
+        let inputs = vec![
+            Tensor::from_vec::<i64>(&[2], vec![i64::MAX, 1]).unwrap(),
+            Tensor::from_vec::<i64>(&[], vec![1]).unwrap(),
+        ];
+        let out = LocalContext::run(&kernel, inputs, &[DType::I64]).unwrap();
+        assert_eq!(out[0].to_vec::<i64>().unwrap(), vec![i64::MIN, 2]);
     }
 
     const SHAPE_PAIRS: &[(&[usize], &[usize])] = &[

@@ -62,7 +62,7 @@ pub mod vmath;
 pub use binary::{BinaryOp, BinaryPlan};
 pub use matmul::{MatMulAttrs, MatMulPlan};
 pub use shape::{Broadcast, ShapeDisplay, ShapeError};
-pub use tensor::{Attrs, DType, Element, LocalContext, OpContext, Owner, Tensor, TfBool};
+pub use tensor::{Attrs, DType, Element, LocalContext, OpContext, OutputPlace, Owner, Tensor, TfBool};
 
 use crate::error::Error;
 

@@ -493,6 +493,42 @@ pub trait OpContext {
     /// Makes output `index` share an input's buffer (same bytes, same
     /// shape), e.g. for ops that only rename a tensor.
     fn forward_input(&self, input: usize, output: usize) -> Result<(), Error>;
+
+    /// Output `index` of `shape`, in the buffer of one of the `candidates`
+    /// (input index and the kernel's handle on it) where TensorFlow allows
+    /// it, else freshly allocated. TensorFlow forwards an input with the
+    /// output's dtype and element count that nothing else holds, and
+    /// *requires* a forward where it runs a kernel inside another op (a
+    /// collective's merge writes into its accumulator). The handles are
+    /// taken so that the kernel holds none of a buffer it may be given to
+    /// write: the place hands back every candidate but the forwarded one.
+    fn forward_or_allocate_output(
+        &self,
+        index: usize,
+        shape: &[usize],
+        candidates: Vec<(usize, Tensor)>,
+    ) -> Result<OutputPlace, Error> {
+        let output = self.allocate_output(index, shape)?;
+        Ok(OutputPlace { output, forwarded: None, inputs: candidates.into_iter().map(|(_, t)| Some(t)).collect() })
+    }
+}
+
+/// Where [`OpContext::forward_or_allocate_output`] put an output.
+pub struct OutputPlace {
+    /// The output, writable. When forwarded it holds the input's values.
+    pub output: Tensor,
+    /// The position among the candidates of the input whose buffer the
+    /// output took, if one was forwarded.
+    pub forwarded: Option<usize>,
+    /// The candidates in the order given, `None` for the forwarded one
+    /// (its values are the output's now).
+    pub inputs: Vec<Option<Tensor>>,
+}
+
+/// Whether `candidate` may hold an output of `dtype` and `len` elements:
+/// TensorFlow's own conditions on the values (it checks the rest).
+pub fn may_forward(candidate: &Tensor, dtype: DType, len: usize) -> bool {
+    candidate.dtype() == dtype && candidate.len() == len
 }
 
 /// The attributes of the node a kernel is built for.
@@ -655,6 +691,32 @@ impl OpContext for LocalContext {
         }
         self.outputs.borrow_mut()[output] = Some(LocalOutput::Forwarded(input));
         Ok(())
+    }
+
+    /// Forwards the first candidate that may hold the output, as TensorFlow
+    /// does when nothing else holds the input, so kernels' in-place paths
+    /// run in tests: the output is a writable copy of its values.
+    fn forward_or_allocate_output(
+        &self,
+        index: usize,
+        shape: &[usize],
+        candidates: Vec<(usize, Tensor)>,
+    ) -> Result<OutputPlace, Error> {
+        let dtype = self.output_dtype(index)?;
+        let len = element_count(shape).ok_or_else(|| Error::Internal("output shape too large".into()))?;
+        let Some(position) = candidates.iter().position(|(_, t)| may_forward(t, dtype, len)) else {
+            let output = self.allocate_output(index, shape)?;
+            return Ok(OutputPlace {
+                output,
+                forwarded: None,
+                inputs: candidates.into_iter().map(|(_, t)| Some(t)).collect(),
+            });
+        };
+        let (scratch, mut output) = Scratch::new(dtype, shape, 0)?;
+        output.bytes_mut()?.copy_from_slice(candidates[position].1.bytes());
+        self.outputs.borrow_mut()[index] = Some(LocalOutput::Allocated(scratch));
+        let inputs = candidates.into_iter().enumerate().map(|(i, (_, t))| (i != position).then_some(t)).collect();
+        Ok(OutputPlace { output, forwarded: Some(position), inputs })
     }
 }
 

@@ -244,6 +244,23 @@ extern "C" {
         status: *mut TF_Status,
     ) -> *mut TF_Tensor;
 
+    /// Makes output `output_index` share the buffer of the first input among
+    /// the candidates that TensorFlow lets it (same dtype and element count,
+    /// same memory type, no other reference, or a forward the graph
+    /// requires), else allocates it like `TF_AllocateOutput`. Writes the
+    /// input used, or -1, to `forwarded_input`. The caller owns the
+    /// returned handle.
+    pub fn TF_ForwardInputOrAllocateOutput(
+        context: *mut TF_OpKernelContext,
+        candidate_input_indices: *const c_int,
+        num_candidate_input_indices: c_int,
+        output_index: c_int,
+        output_dims: *const i64,
+        output_num_dims: c_int,
+        forwarded_input: *mut c_int,
+        status: *mut TF_Status,
+    ) -> *mut TF_Tensor;
+
     pub fn TF_OpKernelContext_Failure(ctx: *mut TF_OpKernelContext, status: *mut TF_Status);
 
     /// Aborts the process unless `0 <= i < TF_NumOutputs(ctx)`.
