@@ -10,7 +10,7 @@
 #   bash tests/run.sh
 set -Eeuo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-unset TF_PLUGGABLE_DEVICE_LIBRARY_PATH # the installed wheel loads the plugin; twice aborts TF
+unset TF_PLUGGABLE_DEVICE_LIBRARY_PATH # the installed wheel loads the plugin; a second copy stays inert
 
 if [[ "${CI:-}" == "true" ]]; then
     export CARGO_TERM_COLOR=never CARGO_TERM_PROGRESS_WHEN=never

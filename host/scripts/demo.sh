@@ -4,7 +4,7 @@
 #   bash host/scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-# The installed wheel already loads the plugin; loading it twice aborts TensorFlow.
+# The installed wheel already loads the plugin; a second copy would only log an error and stay inert.
 unset TF_PLUGGABLE_DEVICE_LIBRARY_PATH
 
 bash host/scripts/setup.sh

@@ -10,8 +10,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 # The wheel puts the plugin in site-packages/tensorflow-plugins/, which
-# TensorFlow loads on import. Loading it a second time through this variable
-# aborts the process, so nothing started from here may see it.
+# TensorFlow loads on import. A second copy named by this variable would only
+# log an error and stay inert, so nothing started from here may see it.
 unset TF_PLUGGABLE_DEVICE_LIBRARY_PATH
 
 TF_PIN="tensorflow-cpu==2.21.0"

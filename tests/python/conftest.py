@@ -6,7 +6,7 @@ How the plugin gets into TensorFlow
   repo's ``.venv``): ``site-packages/tensorflow-plugins/libtfwasm.so`` is
   loaded by ``import tensorflow`` together with its installed policy and
   reference guest. ``TF_PLUGGABLE_DEVICE_LIBRARY_PATH`` must then stay unset
-  (loading the plugin twice aborts TensorFlow), so it is removed everywhere.
+  (a second copy of the plugin registers nothing), so it is removed everywhere.
 * Otherwise ``TFWASM_TEST_LIBRARY=<path to libtfwasm.so>`` names a build to
   test; it is passed to TensorFlow as ``TF_PLUGGABLE_DEVICE_LIBRARY_PATH`` and
   the repo's ``policies/device.toml`` with the built reference guest stands in
@@ -26,6 +26,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+# The CPU device these tests compare with runs TensorFlow's own kernels, not
+# their oneDNN replacements (on by default): on an AVX-512 machine, TensorFlow
+# 2.21's oneDNN Conv2D of a batch of 0 returns the input's channel count
+# ([0,7,7,3] for 4 filters), and its depthwise convolution refuses an empty
+# filter, so a correct WASM kernel would fail against them. Set before any
+# import of TensorFlow; subprocesses inherit it.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 from tfwasm_support import (
     BUILT_HOSTILE_GUEST,

@@ -226,3 +226,14 @@ def test_traps_with_faulthandler_installed_after_tensorflow(run_tf, hostile_gues
     outcomes = run.results()["outcomes"].split(",")
     assert "ok" in outcomes and any(o != "ok" for o in outcomes), outcomes
     assert guest_lines(run, r"trapped"), run.describe()
+
+
+def test_a_guest_that_loops_in_usage_cannot_keep_tensorflow_from_starting(run_tf, hostile_guest):
+    # TensorFlow asks every device for its free memory while it creates the
+    # eager context; it used to fail with "Failed to query available memory
+    # for PluggableDevice 0", so not even the CPU could run. The host answers
+    # from its own count when the guest cannot.
+    run, outcomes = run_hostile(run_tf, hostile_guest, "loop-on-usage", deadline_ms=50)
+    assert outcomes == ["ok"] * ITERATIONS, f"allocation is honest in this mode: {outcomes}\n{run.describe()}"
+    assert guest_lines(run, r"memory\.usage.*deadline|deadline.*memory\.usage"), run.describe()
+    assert "host's own count" in run.stderr, run.describe()

@@ -25,6 +25,7 @@
 //! | `lie-event-complete` | `event-status` always says complete |
 //! | `trap-on-submit` | `submit` panics |
 //! | `refuse-every-other-submit` | `submit` honestly refuses (`internal`) every second call |
+//! | `loop-on-usage` | `usage` never returns (TensorFlow asks for it while it creates its devices) |
 
 #[path = "../../reference-device/src/allocator.rs"]
 pub mod allocator;
@@ -53,10 +54,11 @@ pub enum Mode {
     LieEventComplete,
     TrapOnSubmit,
     RefuseEveryOtherSubmit,
+    LoopOnUsage,
 }
 
 impl Mode {
-    const NAMES: [(&'static str, Mode); 14] = [
+    const NAMES: [(&'static str, Mode); 15] = [
         ("init-error", Mode::InitError),
         ("trap-on-init", Mode::TrapOnInit),
         ("trap-on-allocate", Mode::TrapOnAllocate),
@@ -71,6 +73,7 @@ impl Mode {
         ("lie-event-complete", Mode::LieEventComplete),
         ("trap-on-submit", Mode::TrapOnSubmit),
         ("refuse-every-other-submit", Mode::RefuseEveryOtherSubmit),
+        ("loop-on-usage", Mode::LoopOnUsage),
     ];
 
     fn parse(name: &str) -> Option<Mode> {
@@ -270,7 +273,15 @@ mod component {
         }
 
         fn usage() -> MemoryUsage {
-            glue::usage(with(|d| Ok(d.memory.stats())).unwrap_or_default())
+            let stats = with(|d| {
+                if d.mode == Mode::LoopOnUsage {
+                    loop {
+                        std::hint::black_box(&mut d.allocate_calls);
+                    }
+                }
+                Ok(d.memory.stats())
+            });
+            glue::usage(stats.unwrap_or_default())
         }
 
         fn adopt(live: Vec<(u64, u64)>) -> Result<(), DeviceError> {

@@ -1588,6 +1588,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="print only failing rows and the summary")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # The reference is TensorFlow's own CPU kernels (Eigen). Its oneDNN
+    # replacements, on by default, break on edge cases on some CPUs: on an
+    # AVX-512 machine TensorFlow 2.21's oneDNN Conv2D of a batch of 0 returns
+    # the input's channel count, and its DepthwiseConv2dNative refuses an
+    # empty filter. Set TF_ENABLE_ONEDNN_OPTS=1 to compare against oneDNN.
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     import tensorflow as tf
 
     if not tf.config.list_physical_devices(device_type()):

@@ -486,7 +486,7 @@ unsafe extern "C" fn unified_memory_deallocate(_device: *const SP_Device, _locat
 
 unsafe extern "C" fn get_allocator_stats(device: *const SP_Device, stats: *mut SP_AllocatorStats) -> TF_Bool {
     ffi_guard_or(0, "get_allocator_stats", || {
-        let usage = device_of(device)?.usage()?;
+        let usage = device_of(device)?.usage_or_host();
         // SAFETY: TF passes a valid out-struct for this call.
         let Some(stats) = (unsafe { stats.as_mut() }) else { return Ok(0) };
         let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
@@ -506,7 +506,7 @@ unsafe extern "C" fn get_allocator_stats(device: *const SP_Device, stats: *mut S
 
 unsafe extern "C" fn device_memory_usage(device: *const SP_Device, free: *mut i64, total: *mut i64) -> TF_Bool {
     ffi_guard_or(0, "device_memory_usage", || {
-        let usage = device_of(device)?.usage()?;
+        let usage = device_of(device)?.usage_or_host();
         // SAFETY: TF passes valid out-pointers (null-checked).
         unsafe {
             if let Some(free) = free.as_mut() {

@@ -390,6 +390,34 @@ impl Device {
         self.slot.lock().recycled.bytes
     }
 
+    /// The guest's usage report if it gives a valid one, else what the host
+    /// knows itself (the region's size and the bytes placed in it). Answers
+    /// TensorFlow needs to start (it asks every device for its memory while
+    /// it creates the eager context) must not depend on the guest's good
+    /// will: a guest that loops there would keep TensorFlow from starting,
+    /// its CPU device included.
+    pub fn usage_or_host(&self) -> Usage {
+        self.usage().unwrap_or_else(|error| {
+            tracing::warn!("{error}; {} reports the host's own count of its memory instead", self.name);
+            self.host_usage()
+        })
+    }
+
+    /// The region as the host sees it: its size, and the bytes of the
+    /// blocks placed in it (the host's recycled blocks included).
+    pub fn host_usage(&self) -> Usage {
+        let limit = self.arena.len();
+        let bytes_in_use = self.arena.bytes_in_use();
+        Usage {
+            bytes_in_use,
+            peak_bytes_in_use: bytes_in_use,
+            num_allocs: 0,
+            largest_alloc_size: 0,
+            largest_free_block: limit.saturating_sub(bytes_in_use),
+            limit,
+        }
+    }
+
     /// The guest's usage report, checked against the region.
     /// Kept blocks go back to the guest first, so the report is exact.
     pub fn usage(&self) -> Result<Usage, Error> {
