@@ -7,9 +7,27 @@
 #   3. pytest tests/python                       the plugin inside the real TensorFlow
 # Stops at the first failure. Non-interactive, so the same under CI=true.
 #
-#   bash tests/run.sh
+#   bash tests/run.sh               against tensorflow-cpu 2.21 in .venv/ (what CI runs)
+#   bash tests/run.sh --tf nightly  against tf-nightly-cpu in .venv-nightly/: the next
+#                                   TensorFlow, its headers for the C-layout check included
 set -Eeuo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export TFWASM_TF=stable
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --tf)
+            TFWASM_TF="${2:?--tf needs stable or nightly}"
+            shift 2
+            ;;
+        *)
+            echo "usage: bash tests/run.sh [--tf stable|nightly]" >&2
+            exit 2
+            ;;
+    esac
+done
+venv=.venv
+[[ "$TFWASM_TF" == nightly ]] && venv=.venv-nightly
 unset TF_PLUGGABLE_DEVICE_LIBRARY_PATH # the installed wheel loads the plugin; a second copy stays inert
 
 if [[ "${CI:-}" == "true" ]]; then
@@ -37,11 +55,15 @@ run "format" cargo fmt --all -- --check
 
 bash host/scripts/setup.sh
 
+# The layout test compiles the headers of the TensorFlow under test.
+TFWASM_TF_INCLUDE=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')/tensorflow/include
+export TFWASM_TF_INCLUDE
+
 # Same profile, features and target dir as setup.sh's `cargo build --release`,
 # so the dependencies (wasmtime above all) are reused, not rebuilt.
 run "host tests" cargo test --release -p tfwasm
 run "guest unit tests" cargo test -p tfwasm-reference-device -p tfwasm-hostile-device
-run "python tests" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python
+run "python tests" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python
 
 printf '\n==> Summary\n'
 for step in "host tests" "guest unit tests"; do

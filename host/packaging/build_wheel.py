@@ -46,6 +46,18 @@ PLUGIN_DIR = "tensorflow-plugins"
 DEFAULT_EPOCH = 315532800  # 1980-01-01, the earliest time a zip can store
 
 
+def supported_tensorflow() -> tuple[tuple[int, int], tuple[int, int]]:
+    """The first and last (major, minor) TensorFlow release the plugin
+    serves: `SUPPORTED_TENSORFLOW` in host/src/config.rs, which the plugin
+    checks when TensorFlow loads it."""
+    text = (REPO / "host" / "src" / "config.rs").read_text(encoding="utf-8")
+    match = re.search(r"SUPPORTED_TENSORFLOW[^=]*=\s*\((\d+),\s*(\d+)\)\.\.=\((\d+),\s*(\d+)\);", text)
+    if not match:
+        sys.exit("build_wheel: no SUPPORTED_TENSORFLOW range in host/src/config.rs")
+    low_major, low_minor, high_major, high_minor = map(int, match.groups())
+    return (low_major, low_minor), (high_major, high_minor)
+
+
 def workspace_version() -> str:
     """`[workspace.package] version` from the top-level Cargo.toml."""
     text = (REPO / "Cargo.toml").read_text(encoding="utf-8")
@@ -57,24 +69,39 @@ def workspace_version() -> str:
 
 
 def metadata(version: str) -> str:
+    (low_major, low_minor), (high_major, high_minor) = supported_tensorflow()
+    low, high = f"{low_major}.{low_minor}", f"{high_major}.{high_minor}"
+    # Releases below the next minor after the last supported one.
+    below = f"{high_major}.{high_minor + 1}"
+    # No plain Requires-Dist on TensorFlow: it ships under several names
+    # (tensorflow, tensorflow-cpu, tf-nightly, tf-nightly-cpu), and requiring
+    # one would make pip install it beside the user's. The extras state the
+    # range for those who want pip to pick a TensorFlow too.
     return (
         "Metadata-Version: 2.1\n"
         f"Name: {NAME}\n"
         f"Version: {version}\n"
-        "Summary: A TensorFlow PluggableDevice whose device logic runs as sandboxed WebAssembly\n"
+        f"Summary: A TensorFlow {low}-{high} PluggableDevice whose device logic runs as sandboxed WebAssembly\n"
         "License: Apache-2.0\n"
         "Requires-Python: >=3.9\n"
         "Classifier: Operating System :: POSIX :: Linux\n"
         "Classifier: Programming Language :: Rust\n"
+        "Provides-Extra: tensorflow\n"
+        f'Requires-Dist: tensorflow<{below},>={low}; extra == "tensorflow"\n'
+        "Provides-Extra: tensorflow-cpu\n"
+        f'Requires-Dist: tensorflow-cpu<{below},>={low}; extra == "tensorflow-cpu"\n'
         "Description-Content-Type: text/markdown\n"
         "\n"
-        "Adds a `/device:WASM:0` device to TensorFlow 2.21 (install `tensorflow` or\n"
-        "`tensorflow-cpu` 2.21 yourself; the plugin speaks that release's C ABI).\n"
+        f"Adds a `/device:WASM:0` device to TensorFlow {low} to {high} (`tensorflow`,\n"
+        f"`tensorflow-cpu`, or `tf-nightly`/`tf-nightly-cpu` of {high} and before;\n"
+        f"`pip install tfwasm[tensorflow-cpu]` picks one for you). Loaded into a\n"
+        "TensorFlow outside that range, the plugin registers no device and logs why;\n"
+        "`import tensorflow` and the CPU device are unaffected.\n"
         "The device's decisions are made by a WebAssembly guest running in a\n"
         "wasmtime sandbox; compute runs natively in the plugin.\n"
         "\n"
-        "Do not also set TF_PLUGGABLE_DEVICE_LIBRARY_PATH to this plugin:\n"
-        "TensorFlow aborts when it loads the same plugin twice.\n"
+        "Do not also set TF_PLUGGABLE_DEVICE_LIBRARY_PATH to this plugin: the\n"
+        "second copy registers nothing and logs an error.\n"
     )
 
 

@@ -2,10 +2,11 @@
 # Build everything and install the plugin into .venv/ at the repository root.
 #
 #   bash host/scripts/setup.sh
+#   TFWASM_TF=nightly bash host/scripts/setup.sh   # the same into .venv-nightly/ with tf-nightly-cpu
 #
 # Safe to re-run: cargo rebuilds only what changed, the venv is reused, and
 # TensorFlow is installed only when the pinned version is missing.
-# PYTHON=python3.12 picks the interpreter for a new .venv.
+# PYTHON=python3.12 picks the interpreter for a new venv.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -14,10 +15,18 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # log an error and stay inert, so nothing started from here may see it.
 unset TF_PLUGGABLE_DEVICE_LIBRARY_PATH
 
-TF_PIN="tensorflow-cpu==2.21.0"
+# The TensorFlow to test against: the release the plugin is built for, or
+# the next one (tf-nightly-cpu; see README, "Supported TensorFlow").
+case "${TFWASM_TF:-stable}" in
+    stable) TF_PIN="tensorflow-cpu==2.21.0" VENV=.venv ;;
+    nightly) TF_PIN="tf-nightly-cpu" VENV=.venv-nightly ;;
+    *)
+        echo "error: TFWASM_TF=${TFWASM_TF} (expected stable or nightly)" >&2
+        exit 2
+        ;;
+esac
 PY_DEPS=("$TF_PIN" numpy pytest)
 WASM_TARGET=wasm32-wasip2
-VENV=.venv
 
 step() { printf '\n==> %s\n' "$*"; }
 

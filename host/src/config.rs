@@ -6,6 +6,8 @@
 //! - `TFWASM_LOG`: log level (`error`, `warn`, `info`, `debug`, `trace`; default `warn`).
 //! - `TFWASM_FUSE`: `0` turns the graph pass's elementwise fusion off, and
 //!   with it the rewrite of variable updates (default on).
+//!
+//! And the TensorFlow release the plugin serves ([`SUPPORTED_TENSORFLOW`]).
 
 use std::ffi::{CStr, CString};
 use std::path::PathBuf;
@@ -14,6 +16,59 @@ use std::sync::OnceLock;
 use crate::error::Error;
 
 pub const DEFAULT_DEVICE_TYPE: &str = "WASM";
+
+/// The TensorFlow releases this plugin serves, by (major, minor): the C ABI
+/// it mirrors is that of 2.21, which 2.22 and 2.23 keep (their plugin
+/// headers differ only by an appended optional callback), with one change
+/// outside the headers that the plugin follows (see `abi::ffi::done`).
+/// The wheel's metadata and the README state the same range.
+pub const SUPPORTED_TENSORFLOW: std::ops::RangeInclusive<(u32, u32)> = (2, 21)..=(2, 23);
+
+/// A TensorFlow version as `TF_Version()` reports it (`2.21.0`,
+/// `2.22.0-dev20260905`, `2.23.0-rc1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorflowVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub text: String,
+}
+
+impl TensorflowVersion {
+    pub fn parse(text: &str) -> Option<TensorflowVersion> {
+        let mut parts = text.trim().split(['.', '-']);
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
+        Some(TensorflowVersion { major, minor, text: text.trim().to_owned() })
+    }
+
+    /// Whether the plugin may register anything in this TensorFlow; the
+    /// error says why not, for the one log line a user sees.
+    pub fn check_supported(&self) -> Result<(), Error> {
+        if SUPPORTED_TENSORFLOW.contains(&(self.major, self.minor)) {
+            return Ok(());
+        }
+        let (low, high) = (SUPPORTED_TENSORFLOW.start(), SUPPORTED_TENSORFLOW.end());
+        Err(Error::Config(format!(
+            "tfwasm {} supports TensorFlow {}.{} to {}.{}; this is TensorFlow {}, whose plugin ABI it has not been \
+             tested against. Install a tfwasm release for this TensorFlow, or TensorFlow {}.{}",
+            env!("CARGO_PKG_VERSION"),
+            low.0,
+            low.1,
+            high.0,
+            high.1,
+            self.text,
+            low.0,
+            low.1
+        )))
+    }
+
+    /// From 2.22 on, TensorFlow hands an asynchronous kernel a heap copy of
+    /// its completion callback and `TF_RunAsyncOpKernelDoneCallback` runs and
+    /// deletes it; 2.21 passes its own by-value parameter and only runs it.
+    pub fn gives_done_callbacks(&self) -> bool {
+        (self.major, self.minor) >= (2, 22)
+    }
+}
 
 /// The device type string TensorFlow registers, validated against the
 /// pattern TensorFlow enforces (`[A-Z][A-Z_]*`, checked by TF with an abort).
@@ -150,5 +205,21 @@ mod tests {
         assert!(validate_device_type("").is_err());
         assert!(validate_device_type("_X").is_err());
         assert!(validate_device_type("W1").is_err());
+    }
+
+    #[test]
+    fn tensorflow_versions_in_and_out_of_range() {
+        let v = |text| TensorflowVersion::parse(text).unwrap();
+        assert_eq!((v("2.21.0").major, v("2.21.0").minor), (2, 21));
+        assert_eq!((v("2.22.0-dev20260905").major, v("2.22.0-dev20260905").minor), (2, 22));
+        assert!(v("2.21.0").check_supported().is_ok());
+        assert!(v("2.22.0-dev20260905").check_supported().is_ok());
+        assert!(v("2.23.0rc1").check_supported().is_ok());
+        let old = v("2.20.0").check_supported().unwrap_err().to_string();
+        assert!(old.contains("supports TensorFlow 2.21 to 2.23") && old.contains("this is TensorFlow 2.20.0"), "{old}");
+        assert!(v("3.0.0").check_supported().is_err());
+        assert!(!v("2.21.1").gives_done_callbacks() && v("2.22.0-dev20260905").gives_done_callbacks());
+        assert_eq!(TensorflowVersion::parse("garbage"), None);
+        assert_eq!(TensorflowVersion::parse(""), None);
     }
 }

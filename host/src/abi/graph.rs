@@ -55,8 +55,8 @@ pub unsafe extern "C" fn TF_InitGraph(params: *mut TP_OptimizerRegistrationParam
             )));
         }
         let (device_type, optimize_func): (&'static CStr, TP_OptimizeFn) = match crate::config::device_type() {
-            _ if super::stream_executor::is_duplicate_load() => {
-                tracing::debug!("tfwasm: second copy of the plugin: its graph pass stays inert");
+            _ if super::stream_executor::is_inert() => {
+                tracing::debug!("tfwasm: this copy of the plugin is inert: so is its graph pass");
                 (inert_device_type()?, optimize_inert)
             }
             Ok(device_type) => {
@@ -150,19 +150,30 @@ unsafe extern "C" fn optimize(
     });
 }
 
-/// TensorFlow's grappler-item accessors, if this process exports them.
+/// TensorFlow's grappler-item accessors, if its `libtensorflow_cc.so.2`
+/// exports them. Looked up in that library (a NEEDED entry of the plugin,
+/// so already loaded), not in the process's global scope: TensorFlow after
+/// 2.21 loads its libraries without RTLD_GLOBAL.
 fn preserve_fns() -> Option<(TF_GetNodesToPreserveListSizeFn, TF_GetNodesToPreserveListFn)> {
     static FNS: OnceLock<Option<(TF_GetNodesToPreserveListSizeFn, TF_GetNodesToPreserveListFn)>> = OnceLock::new();
     *FNS.get_or_init(|| {
-        // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names has no
-        // preconditions; a non-null result is the exported function, whose
-        // C signature (grappler.h) the pointer types mirror.
+        // SAFETY: dlopen with RTLD_NOLOAD only returns a handle on a library
+        // already loaded (taking a reference we keep for the process's life);
+        // dlsym on it with NUL-terminated names has no preconditions; a
+        // non-null result is the exported function, whose C signature
+        // (grappler.h) the pointer types mirror.
         unsafe {
-            let size = libc::dlsym(libc::RTLD_DEFAULT, c"TF_GetNodesToPreserveListSize".as_ptr());
-            let list = libc::dlsym(libc::RTLD_DEFAULT, c"TF_GetNodesToPreserveList".as_ptr());
+            let library = libc::dlopen(c"libtensorflow_cc.so.2".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+            let (size, list) = match library.is_null() {
+                true => (std::ptr::null_mut(), std::ptr::null_mut()),
+                false => (
+                    libc::dlsym(library, c"TF_GetNodesToPreserveListSize".as_ptr()),
+                    libc::dlsym(library, c"TF_GetNodesToPreserveList".as_ptr()),
+                ),
+            };
             if size.is_null() || list.is_null() {
                 tracing::warn!(
-                    "tfwasm: TensorFlow exports no TF_GetNodesToPreserveList; the graph pass fuses nothing and leaves outputs in device memory"
+                    "tfwasm: TensorFlow's libtensorflow_cc.so.2 exports no TF_GetNodesToPreserveList; the graph pass fuses nothing and leaves outputs in device memory"
                 );
                 return None;
             }

@@ -25,7 +25,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::ffi::done::DoneCallback;
+use super::ffi::done::{DoneCallback, Ownership};
 use super::ffi::kernels::*;
 use super::ffi::status::{TF_Code, TF_DeleteStatus, TF_GetCode, TF_Message, TF_NewStatus, TF_Status, TF_OK};
 use super::{ffi_guard, ffi_guard_or};
@@ -50,8 +50,8 @@ fn definitions() -> &'static [KernelDef] {
 pub extern "C" fn TF_InitKernel() {
     crate::config::init_logging();
     ffi_guard_or((), "TF_InitKernel", || {
-        if super::stream_executor::is_duplicate_load() {
-            tracing::debug!("tfwasm: second copy of the plugin: registering no kernels");
+        if super::stream_executor::is_inert() {
+            tracing::debug!("tfwasm: this copy of the plugin is inert: registering no kernels");
             return Ok(());
         }
         let device_type = match crate::config::device_type() {
@@ -366,7 +366,7 @@ unsafe extern "C" fn compute_kernel_async(
         }
         // SAFETY: `done` is this execution's callback; once taken, only the
         // job below uses it.
-        let Some(done) = (unsafe { DoneCallback::take(done) }) else { return Ok(false) };
+        let Some(done) = (unsafe { DoneCallback::take(done, done_ownership()) }) else { return Ok(false) };
         let job = Deferred { kernel, ctx, done };
         if let Err(job) = pool::spawn(move || job.run()) {
             job(); // no pool: finish before returning
@@ -380,6 +380,15 @@ unsafe extern "C" fn compute_kernel_async(
             // SAFETY: `done` is live until this callback returns.
             unsafe { TF_RunAsyncOpKernelDoneCallback(done) };
         }
+    }
+}
+
+/// Who owns an asynchronous kernel's completion callback in the TensorFlow
+/// we run in (see `ffi::done`).
+fn done_ownership() -> Ownership {
+    match super::stream_executor::tensorflow_version() {
+        Some(version) if version.gives_done_callbacks() => Ownership::Given,
+        _ => Ownership::InFrame,
     }
 }
 

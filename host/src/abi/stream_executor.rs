@@ -12,6 +12,7 @@ use std::sync::{Arc, OnceLock};
 use super::ffi::status::TF_Status;
 use super::ffi::stream_executor::*;
 use super::{ffi_guard, ffi_guard_or};
+use crate::config::TensorflowVersion;
 use crate::device::{self, Device, Handle, Path, Platform, SendPtr};
 use crate::error::Error;
 use crate::sandbox::{EventStatus, WorkKind};
@@ -41,13 +42,33 @@ const PLATFORM_NAME: &CStr = c"TFWASM";
 /// aborts on an error from `SE_InitPlugin`, so this is how we decline.
 const INERT_TYPE: &CStr = c"TFWASM_INERT";
 
-/// Set when this copy of the library is a second load in the process; its
-/// `TF_InitKernel` must then register nothing (duplicate kernels break lookups).
-static DUPLICATE_LOAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Set when this copy of the library registers nothing: a second load in the
+/// process (duplicate kernels would break lookups) or a TensorFlow outside
+/// [`crate::config::SUPPORTED_TENSORFLOW`]. Its `TF_InitKernel` then
+/// registers no kernel and its `TF_InitGraph` an inert pass.
+static INERT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// True if this library is a duplicate load and must stay inert.
-pub(crate) fn is_duplicate_load() -> bool {
-    DUPLICATE_LOAD.load(std::sync::atomic::Ordering::SeqCst)
+/// True if this library must stay inert.
+pub(crate) fn is_inert() -> bool {
+    INERT.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// The TensorFlow this library was loaded into, from `TF_Version()`.
+pub(crate) fn tensorflow_version() -> Option<&'static TensorflowVersion> {
+    static VERSION: OnceLock<Option<TensorflowVersion>> = OnceLock::new();
+    VERSION
+        .get_or_init(|| {
+            // SAFETY: TF_Version has no preconditions and returns a static
+            // NUL-terminated string (or null, which is checked).
+            let text = unsafe { super::ffi::c_api::TF_Version() };
+            if text.is_null() {
+                return None;
+            }
+            // SAFETY: non-null, NUL-terminated, static.
+            let text = unsafe { CStr::from_ptr(text) }.to_string_lossy();
+            TensorflowVersion::parse(&text)
+        })
+        .as_ref()
 }
 
 /// Entry point TensorFlow calls after loading the library.
@@ -68,7 +89,21 @@ pub unsafe extern "C" fn SE_InitPlugin(params: *mut SE_PlatformRegistrationParam
             return Err(Error::InvalidArgument("registration params without platform structs".into()));
         }
         let duplicate = PLUGIN.get().is_some() || crate::config::other_copy_loaded();
+        let unsupported = match tensorflow_version() {
+            Some(version) => version.check_supported().err(),
+            None => Some(Error::Config("TF_Version() gave no version tfwasm can read".into())),
+        };
         let device_type = match crate::config::device_type() {
+            Ok(_) if unsupported.is_some() && !duplicate => {
+                // Our structs and kernels may not be what this TensorFlow
+                // expects: register nothing, keep the process, say why.
+                tracing::error!(
+                    "{}. tfwasm registers no devices.",
+                    unsupported.as_ref().map(|e| e.to_string()).unwrap_or_default()
+                );
+                INERT.store(true, std::sync::atomic::Ordering::SeqCst);
+                INERT_TYPE
+            }
             Ok(_) if duplicate => {
                 // Registering the same device type twice aborts TensorFlow.
                 // Register an inert platform instead and say what happened.
@@ -78,7 +113,7 @@ pub unsafe extern "C" fn SE_InitPlugin(params: *mut SE_PlatformRegistrationParam
                      The second copy registers nothing; unset TF_PLUGGABLE_DEVICE_LIBRARY_PATH.",
                     std::env::var("TF_PLUGGABLE_DEVICE_LIBRARY_PATH").unwrap_or_default()
                 );
-                DUPLICATE_LOAD.store(true, std::sync::atomic::Ordering::SeqCst);
+                INERT.store(true, std::sync::atomic::Ordering::SeqCst);
                 INERT_TYPE
             }
             Ok(t) => t,

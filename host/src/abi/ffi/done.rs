@@ -28,6 +28,14 @@
 //! differently, so moving is compiled only for Linux with glibc (where
 //! TensorFlow's wheels use libstdc++); elsewhere [`DoneCallback::take`]
 //! returns `None` and kernels finish before their callback returns.
+//!
+//! TensorFlow 2.22 changed this without touching a header: its
+//! `ComputeAsync` hands the plugin a heap copy (`new std::function`), which
+//! the plugin owns, and `TF_RunAsyncOpKernelDoneCallback` runs *and
+//! deletes* it. Moving it into our own box there made TensorFlow delete our
+//! allocation (a double free, seen under tf-nightly). From 2.22 on the
+//! callback is therefore kept as the pointer TensorFlow gave and handed back
+//! to it once; that needs no knowledge of the layout.
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
@@ -54,8 +62,27 @@ struct StdFunction {
 /// is done; it runs exactly once, at the latest when dropped (an executor
 /// waiting on a callback that never runs would hang the step).
 pub struct DoneCallback {
-    function: Box<StdFunction>,
+    held: Held,
     runner: RunFn,
+}
+
+/// How a [`DoneCallback`] holds TensorFlow's `std::function`.
+enum Held {
+    /// Moved out of TensorFlow's frame (TensorFlow 2.21): ours to destroy
+    /// after running.
+    Moved(Box<StdFunction>),
+    /// Given to us on TensorFlow's heap (2.22 on): running it through
+    /// `TF_RunAsyncOpKernelDoneCallback` also deletes it.
+    Given(ptr::NonNull<TF_AsyncOpKernelDoneCallback>),
+}
+
+/// Who owns the callback TensorFlow passes to an asynchronous kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// It lives in TensorFlow's frame until our compute callback returns.
+    InFrame,
+    /// It is a heap object handed to us, deleted by running it.
+    Given,
 }
 
 type RunFn = unsafe extern "C" fn(*mut TF_AsyncOpKernelDoneCallback);
@@ -73,9 +100,9 @@ impl DoneCallback {
     /// # Safety
     /// `done` is the pointer TensorFlow passed to the compute callback that
     /// is running now, and nothing else uses it afterwards.
-    pub unsafe fn take(done: *mut TF_AsyncOpKernelDoneCallback) -> Option<Self> {
+    pub unsafe fn take(done: *mut TF_AsyncOpKernelDoneCallback, ownership: Ownership) -> Option<Self> {
         // SAFETY: forwarded contract.
-        unsafe { Self::take_with(done, TF_RunAsyncOpKernelDoneCallback) }
+        unsafe { Self::take_with(done, TF_RunAsyncOpKernelDoneCallback, ownership) }
     }
 
     /// [`take`](Self::take) with the function that runs the callback (tests
@@ -84,10 +111,15 @@ impl DoneCallback {
     /// # Safety
     /// As [`take`](Self::take); `run` runs a `std::function<void()>` at the
     /// address it is given.
-    unsafe fn take_with(done: *mut TF_AsyncOpKernelDoneCallback, run: RunFn) -> Option<Self> {
-        if !cfg!(all(target_os = "linux", target_env = "gnu")) || done.is_null() {
+    unsafe fn take_with(done: *mut TF_AsyncOpKernelDoneCallback, run: RunFn, ownership: Ownership) -> Option<Self> {
+        let done = ptr::NonNull::new(done)?;
+        if ownership == Ownership::Given {
+            return Some(DoneCallback { held: Held::Given(done), runner: run });
+        }
+        if !cfg!(all(target_os = "linux", target_env = "gnu")) {
             return None;
         }
+        let done = done.as_ptr();
         let source = done.cast::<StdFunction>();
         // SAFETY: per the contract `done` points at a live libstdc++
         // `std::function<void()>` (layout in the module docs) that we may
@@ -100,7 +132,7 @@ impl DoneCallback {
             let function = Box::new(ptr::read(source));
             (*source).manager = None;
             (*source).invoker = None;
-            Some(DoneCallback { function, runner: run })
+            Some(DoneCallback { held: Held::Moved(function), runner: run })
         }
     }
 
@@ -112,16 +144,23 @@ impl DoneCallback {
 
 impl Drop for DoneCallback {
     fn drop(&mut self) {
-        let function: *mut StdFunction = &mut *self.function;
-        // SAFETY: `function` holds a non-empty `std::function<void()>` moved
-        // out of TensorFlow's frame by `take_with`, run here exactly once;
-        // then its manager destroys the callable, as `~function` would, and
-        // nothing touches it again.
-        unsafe {
-            (self.runner)(function.cast::<TF_AsyncOpKernelDoneCallback>());
-            if let Some(manager) = (*function).manager {
-                manager(&mut (*function).functor, &(*function).functor, DESTROY_FUNCTOR);
+        match &mut self.held {
+            Held::Moved(function) => {
+                let function: *mut StdFunction = &mut **function;
+                // SAFETY: `function` holds a non-empty `std::function<void()>`
+                // moved out of TensorFlow's frame by `take_with`, run here
+                // exactly once; then its manager destroys the callable, as
+                // `~function` would, and nothing touches it again.
+                unsafe {
+                    (self.runner)(function.cast::<TF_AsyncOpKernelDoneCallback>());
+                    if let Some(manager) = (*function).manager {
+                        manager(&mut (*function).functor, &(*function).functor, DESTROY_FUNCTOR);
+                    }
+                }
             }
+            // SAFETY: the pointer TensorFlow gave us (heap-owned, ours), run
+            // exactly once; running it deletes it, and we never touch it again.
+            Held::Given(done) => unsafe { (self.runner)(done.as_ptr()) },
         }
     }
 }
@@ -169,8 +208,10 @@ mod tests {
         let counter = Arc::new(AtomicUsize::new(0));
         let mut source = lookalike(&counter);
         // SAFETY: `source` is a live lookalike and unused afterwards.
-        let done = unsafe { DoneCallback::take_with((&mut source as *mut StdFunction).cast(), run_like_tensorflow) }
-            .expect("movable");
+        let done = unsafe {
+            DoneCallback::take_with((&mut source as *mut StdFunction).cast(), run_like_tensorflow, Ownership::InFrame)
+        }
+        .expect("movable");
         assert!(source.manager.is_none() && source.invoker.is_none(), "the source is left empty");
         // Overwrite the source, as TensorFlow's frame would be reused.
         // SAFETY: `source` is a live local; all-zero words are a valid (empty) lookalike.
@@ -186,19 +227,49 @@ mod tests {
         let counter = Arc::new(AtomicUsize::new(0));
         let mut source = lookalike(&counter);
         // SAFETY: as above.
-        drop(unsafe { DoneCallback::take_with((&mut source as *mut StdFunction).cast(), run_like_tensorflow) });
+        drop(unsafe {
+            DoneCallback::take_with((&mut source as *mut StdFunction).cast(), run_like_tensorflow, Ownership::InFrame)
+        });
         assert_eq!(counter.load(Ordering::SeqCst), 1);
         assert_eq!(Arc::strong_count(&counter), 1);
+    }
+
+    // What TensorFlow 2.22's TF_RunAsyncOpKernelDoneCallback does with the
+    // heap copy it gave: run it, then delete it (here: a Box).
+    unsafe extern "C" fn run_and_delete_like_tensorflow_2_22(done: *mut TF_AsyncOpKernelDoneCallback) {
+        // SAFETY: `done` is a boxed lookalike in this test, deleted once.
+        let function = unsafe { Box::from_raw(done.cast::<StdFunction>()) };
+        // SAFETY: the invoker of a non-empty lookalike.
+        unsafe { (function.invoker.unwrap())(&function.functor) };
+        // SAFETY: destroy the callable, as ~function does.
+        let mut function = function;
+        unsafe { (function.manager.unwrap())(&mut function.functor, &function.functor, DESTROY_FUNCTOR) };
+    }
+
+    #[test]
+    fn a_given_callback_is_handed_back_once_untouched() {
+        let counter = Arc::new(AtomicUsize::new(0));
+        let given = Box::into_raw(Box::new(lookalike(&counter)));
+        // SAFETY: `given` is a heap lookalike we hand over, as TensorFlow 2.22 does.
+        let done =
+            unsafe { DoneCallback::take_with(given.cast(), run_and_delete_like_tensorflow_2_22, Ownership::Given) }
+                .expect("a given callback is always kept");
+        assert_eq!(counter.load(Ordering::SeqCst), 0);
+        std::thread::spawn(move || done.run()).join().unwrap();
+        // A double free would abort the test binary before these lines.
+        assert_eq!(counter.load(Ordering::SeqCst), 1, "ran exactly once");
+        assert_eq!(Arc::strong_count(&counter), 1, "the callable was destroyed");
     }
 
     #[test]
     fn an_empty_callback_is_left_alone() {
         let mut empty = StdFunction { functor: AnyData([ptr::null_mut(); 2]), manager: None, invoker: None };
         // SAFETY: `empty` is a live (empty) lookalike.
-        assert!(
-            unsafe { DoneCallback::take_with((&mut empty as *mut StdFunction).cast(), run_like_tensorflow) }.is_none()
-        );
+        assert!(unsafe {
+            DoneCallback::take_with((&mut empty as *mut StdFunction).cast(), run_like_tensorflow, Ownership::InFrame)
+        }
+        .is_none());
         // SAFETY: null is refused before any read.
-        assert!(unsafe { DoneCallback::take_with(ptr::null_mut(), run_like_tensorflow) }.is_none());
+        assert!(unsafe { DoneCallback::take_with(ptr::null_mut(), run_like_tensorflow, Ownership::Given) }.is_none());
     }
 }
