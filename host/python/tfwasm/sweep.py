@@ -1139,6 +1139,7 @@ SPECS: dict[str, Spec] = {
     "Sub": Spec(binary()),
     "Mul": Spec(joined(binary(), int_binary(np.int64))),
     "RealDiv": Spec(binary(make=away_from_zero)),
+    "Div": Spec(binary(make=away_from_zero)),
     "DivNoNan": Spec(binary(make=with_zeros)),
     "Maximum": Spec(binary(rounded=True)),
     "Minimum": Spec(binary(rounded=True)),
