@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Every test: check formatting (cargo fmt, .rustfmt.toml), build and install
 # (host/scripts/setup.sh), then
-#   1. cargo test --release -p tfwasm            host unit tests + tests/rust (integration,
+#   1. cargo test --release -p tfwasm -p tfwasm-runtime -p tfwasm-kernels
+#                                                host unit tests + tests/rust (integration,
 #                                                incl. the C-layout check against the wheel's headers)
 #   2. cargo test -p tfwasm-reference-device     the reference guest's own unit tests, natively
-#   3. pytest tests/python                       the plugin inside the real TensorFlow
+#   3. cargo check -p tfwasm-runtime --target …  the runtime builds for Windows and macOS too
+#   4. pytest tests/python                       the plugin inside the real TensorFlow
 # Stops at the first failure. Non-interactive, so the same under CI=true.
 #
 #   bash tests/run.sh               against tensorflow-cpu 2.21 in .venv/ (what CI runs)
@@ -61,11 +63,40 @@ export TFWASM_TF_INCLUDE
 
 # Same profile, features and target dir as setup.sh's `cargo build --release`,
 # so the dependencies (wasmtime above all) are reused, not rebuilt.
-run "host tests" cargo test --release -p tfwasm
+run "host tests" cargo test --release -p tfwasm -p tfwasm-runtime -p tfwasm-kernels
 run "guest unit tests" cargo test -p tfwasm-reference-device -p tfwasm-hostile-device
+
+# The runtime (sandbox, policy, device) is what a guest author runs on any OS.
+# `cargo check` proves it builds for Windows and macOS without linking.
+# wasmtime's build scripts compile small C helpers for the target, whose
+# system headers this machine lacks: .ci/cc-check-only compiles each as an
+# empty unit with clang (and llvm-lib archives for MSVC), which is all a
+# check needs.
+current="portability tools"
+cross_targets=(x86_64-pc-windows-msvc aarch64-apple-darwin)
+for target in "${cross_targets[@]}"; do
+    rustup target list --installed | grep -qx "$target" || rustup target add "$target"
+done
+if ! command -v clang >/dev/null || ! command -v llvm-lib >/dev/null; then
+    sudo=()
+    [[ $(id -u) -ne 0 ]] && sudo=(sudo)
+    "${sudo[@]}" apt-get install -y -q clang llvm >/dev/null ||
+        { "${sudo[@]}" apt-get update -q >/dev/null && "${sudo[@]}" apt-get install -y -q clang llvm >/dev/null; }
+fi
+for target in "${cross_targets[@]}"; do
+    env_target=${target//-/_}
+    export "CC_${env_target}=$PWD/.ci/cc-check-only" "AR_${env_target}=llvm-lib"
+done
+export AR_aarch64_apple_darwin=llvm-ar
+for target in "${cross_targets[@]}"; do
+    run "check $target" cargo check -q -p tfwasm-runtime --target "$target"
+done
 run "python tests" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python
 
 printf '\n==> Summary\n'
+for target in "${cross_targets[@]}"; do
+    echo "cargo check -p tfwasm-runtime --target $target: ok"
+done
 for step in "host tests" "guest unit tests"; do
     grep -h '^test result:' "$log_dir/$step.log" | sed "s/^/$step: /"
 done

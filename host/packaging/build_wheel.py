@@ -48,12 +48,12 @@ DEFAULT_EPOCH = 315532800  # 1980-01-01, the earliest time a zip can store
 
 def supported_tensorflow() -> tuple[tuple[int, int], tuple[int, int]]:
     """The first and last (major, minor) TensorFlow release the plugin
-    serves: `SUPPORTED_TENSORFLOW` in host/src/config.rs, which the plugin
+    serves: `SUPPORTED_TENSORFLOW` in host/plugin/src/config.rs, which the plugin
     checks when TensorFlow loads it."""
-    text = (REPO / "host" / "src" / "config.rs").read_text(encoding="utf-8")
+    text = (REPO / "host" / "plugin" / "src" / "config.rs").read_text(encoding="utf-8")
     match = re.search(r"SUPPORTED_TENSORFLOW[^=]*=\s*\((\d+),\s*(\d+)\)\.\.=\((\d+),\s*(\d+)\);", text)
     if not match:
-        sys.exit("build_wheel: no SUPPORTED_TENSORFLOW range in host/src/config.rs")
+        sys.exit("build_wheel: no SUPPORTED_TENSORFLOW range in host/plugin/src/config.rs")
     low_major, low_minor, high_major, high_minor = map(int, match.groups())
     return (low_major, low_minor), (high_major, high_minor)
 

@@ -37,7 +37,7 @@ fn measure(mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let guest = root.join("target/wasm32-wasip2/guest/tfwasm_reference_device.wasm");
     assert!(guest.exists(), "build the guests first: {}", guest.display());
     let mut policy = Policy::for_guest("reference-device", guest);

@@ -4,7 +4,7 @@ The convolutions are registered with ``TF_NewAsyncKernelBuilder``: an
 execution with at least 256 KiB of inputs moves TensorFlow's completion
 callback (a ``std::function`` in TensorFlow's stack frame) out of the frame
 and finishes on the compute pool after the compute callback returned
-(``host/src/abi/ffi/done.rs``, ``abi::kernels::compute_kernel_async``).
+(``host/plugin/src/abi/ffi/done.rs``, ``abi::kernels::compute_kernel_async``).
 These tests run that path in graphs (the executor's ``ComputeAsync``) and
 eagerly (TensorFlow's blocking ``Compute`` wrapper), compare with NumPy in
 float64 and with TF's CPU device, check a failing deferred kernel becomes a

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 
 from tfwasm_support import run_cases
+from versions import keras_eager_xla_step
 
 PROGRAM = """
 import json
@@ -160,6 +161,7 @@ def test_an_optional_made_on_the_cpu_is_returned_there(run_tf):
         assert case["prod_shape"] == [[0, 0], [1, 1], [13, 13]][int(i)]
 
 
+@keras_eager_xla_step
 def test_keras_training_marks_the_batch_and_matches(run_tf):
     """A Keras fit: the batch from the CPU iterator reaches the model in host
     memory (the debug log says how many inputs were marked), the step's
@@ -362,6 +364,7 @@ result("cases", json.dumps(out))
 """
 
 
+@keras_eager_xla_step
 def test_no_copies_between_memory_types_inside_the_device(run_tf):
     """No copy from WASM to WASM in a ``while`` loop whose condition joins
     int32 comparisons with our ``LogicalAnd``, in a Keras LSTM's train step

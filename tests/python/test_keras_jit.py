@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tfwasm_support import INSTALLED_PLUGIN, TEST_LIBRARY
+from versions import keras_eager_xla_step
 
 WARNING = "XLA has no backend for the"
 NO_JIT = "No JIT device registered"
@@ -49,6 +50,7 @@ def assert_trained(run, device_type="WASM"):
     return results
 
 
+@keras_eager_xla_step
 def test_compile_defaults_fit_evaluate_predict(run_tf):
     run = run_tf(
         MODEL
@@ -141,6 +143,7 @@ result("predict", model.predict_on_batch(x[:8]).shape[0])
     assert results["predict"] == "8", run.describe()
 
 
+@keras_eager_xla_step
 def test_renamed_device_type(run_tf):
     """``TFWASM_DEVICE_TYPE`` renames the device; the pass follows it."""
     run = run_tf(
@@ -158,6 +161,7 @@ result("kernel", model.layers[0].kernel.value.device)
     assert "for the MY_DEV device" in run.stderr, run.describe()
 
 
+@keras_eager_xla_step
 def test_second_copy_registers_an_inert_pass(run_tf, tmp_path):
     """A second copy of the library in the process: TensorFlow aborts on a
     second optimizer for one device type, so the copy registers its pass
@@ -188,6 +192,7 @@ cpu_check()
     assert "loaded twice" in run.stderr, run.describe()
 
 
+@keras_eager_xla_step
 def test_recurrent_layer_with_defaults(run_tf):
     """A GRU under Keras' defaults: the jit step runs without XLA, its
     loops lowered by the graph pass, and it trains on WASM."""
@@ -210,6 +215,7 @@ result("kernel", model.layers[0].weights[0].value.device)
     assert_trained(run)
 
 
+@keras_eager_xla_step
 def test_recurrent_models_whose_loops_need_the_cpu_train_with_defaults(run_tf):
     """A jit step keeps its loops functional for XLA. Run without XLA, a
     functional loop would run its body on WASM alone, and the gradient loop

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from tfwasm_support import REPO_ROOT, subprocess_env
+from versions import keras_eager_xla_step
 
 SCRIPT = REPO_ROOT / "tests" / "python" / "keras_models.py"
 PACKAGE = REPO_ROOT / "host" / "python"
@@ -137,6 +138,7 @@ def test_mixed_precision_training_matches_cpu_and_runs_on_wasm(model, policy, tm
     assert_ran_on_wasm(coverage, {"Cast", "MatMul" if model == "mlp" else "Conv2D" if model == "cnn" else "Einsum"}, label)
 
 
+@keras_eager_xla_step
 def test_mixed_precision_sequence_model_with_keras_defaults(tmp_path, cpu_policy):
     """Embedding → LSTM → Conv1D under `mixed_float16` and Keras' defaults
     (`jit_compile="auto"`): the jit step runs without XLA, its loops lowered,

@@ -9,7 +9,7 @@ use tfwasm::policy::Policy;
 use tfwasm::sandbox::GuestProgram;
 
 pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
 /// Builds the workspace's guests (once per test run) and returns the path

@@ -1,0 +1,250 @@
+//! The sandbox policy: a plain serde manifest (see `policies/device.toml`).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::Error;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    pub guest: GuestSection,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub device: DeviceSection,
+    #[serde(default)]
+    pub capabilities: Capabilities,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestSection {
+    pub name: String,
+    pub path: PathBuf,
+    /// Options handed to the guest's `init`.
+    #[serde(default)]
+    pub config: toml::Table,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Limits {
+    #[serde(default = "Limits::default_memory")]
+    pub memory_bytes: u64,
+    #[serde(default = "Limits::default_deadline")]
+    pub call_deadline_ms: u64,
+}
+
+impl Limits {
+    fn default_memory() -> u64 {
+        32 << 20
+    }
+    fn default_deadline() -> u64 {
+        250
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { memory_bytes: Self::default_memory(), call_deadline_ms: Self::default_deadline() }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DeviceSection {
+    #[serde(default = "DeviceSection::default_count")]
+    pub count: u32,
+    #[serde(default = "DeviceSection::default_memory")]
+    pub memory_bytes: u64,
+    /// Bytes of freed blocks the host may keep and hand out again for an
+    /// allocation of exactly the same size, without asking the guest (it
+    /// placed the block and still counts it as live). 0 turns this off:
+    /// then every allocation and free is a guest call. Kept blocks go back
+    /// to the guest before it is asked for memory it reports it lacks, and
+    /// before a usage report.
+    #[serde(default)]
+    pub recycle_bytes: u64,
+    /// Back the device region with transparent huge pages where the kernel
+    /// offers them. A touched 2 MiB page is resident as a whole, so the
+    /// region's resident size grows in 2 MiB steps; `false` keeps 4 KiB pages.
+    #[serde(default = "DeviceSection::default_huge_pages")]
+    pub huge_pages: bool,
+}
+
+impl DeviceSection {
+    fn default_count() -> u32 {
+        1
+    }
+    fn default_memory() -> u64 {
+        4 << 30
+    }
+    fn default_huge_pages() -> bool {
+        true
+    }
+}
+
+impl Default for DeviceSection {
+    fn default() -> Self {
+        DeviceSection {
+            count: Self::default_count(),
+            memory_bytes: Self::default_memory(),
+            recycle_bytes: 0,
+            huge_pages: Self::default_huge_pages(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capabilities {
+    #[serde(default)]
+    pub stderr: bool,
+    #[serde(default)]
+    pub preopens: Vec<Preopen>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Preopen {
+    pub host: PathBuf,
+    pub guest: String,
+}
+
+/// Upper bounds that keep a policy from asking the host for the absurd.
+const MAX_DEVICES: u32 = 64;
+const MIN_DEVICE_MEMORY: u64 = 1 << 20;
+const MAX_DEVICE_MEMORY: u64 = 1 << 40;
+
+impl Policy {
+    /// Reads and validates a policy; relative paths become relative to the file.
+    pub fn load(path: &Path) -> Result<Policy, Error> {
+        let err = |reason: String| Error::Policy { path: path.display().to_string(), reason };
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let mut policy: Policy = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        policy.resolve_paths(base);
+        policy.validate().map_err(err)?;
+        Ok(policy)
+    }
+
+    pub fn resolve_paths(&mut self, base: &Path) {
+        if self.guest.path.is_relative() {
+            self.guest.path = base.join(&self.guest.path);
+        }
+        for preopen in &mut self.capabilities.preopens {
+            if preopen.host.is_relative() {
+                preopen.host = base.join(&preopen.host);
+            }
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.guest.name.trim().is_empty() {
+            return Err("guest.name must not be empty".into());
+        }
+        if self.device.count > MAX_DEVICES {
+            return Err(format!("device.count = {} exceeds {MAX_DEVICES}", self.device.count));
+        }
+        if !(MIN_DEVICE_MEMORY..=MAX_DEVICE_MEMORY).contains(&self.device.memory_bytes) {
+            return Err(format!(
+                "device.memory-bytes = {} must be between {MIN_DEVICE_MEMORY} and {MAX_DEVICE_MEMORY}",
+                self.device.memory_bytes
+            ));
+        }
+        if self.device.recycle_bytes > self.device.memory_bytes {
+            return Err(format!(
+                "device.recycle-bytes = {} exceeds device.memory-bytes = {}",
+                self.device.recycle_bytes, self.device.memory_bytes
+            ));
+        }
+        if self.limits.call_deadline_ms == 0 {
+            return Err("limits.call-deadline-ms must be at least 1".into());
+        }
+        if self.limits.memory_bytes < (1 << 16) {
+            return Err("limits.memory-bytes must be at least one wasm page (65536)".into());
+        }
+        Ok(())
+    }
+
+    /// `[guest.config]` flattened to the key/value strings the guest receives.
+    pub fn guest_options(&self) -> Vec<(String, String)> {
+        self.guest
+            .config
+            .iter()
+            .map(|(k, v)| {
+                let value = match v {
+                    toml::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                (k.clone(), value)
+            })
+            .collect()
+    }
+
+    /// The policy used when tests or tools build one in code.
+    pub fn for_guest(name: &str, path: impl Into<PathBuf>) -> Policy {
+        Policy {
+            guest: GuestSection { name: name.into(), path: path.into(), config: Default::default() },
+            limits: Limits::default(),
+            device: DeviceSection::default(),
+            capabilities: Capabilities::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_policy_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/device.toml");
+        let policy = Policy::load(&path).unwrap();
+        assert_eq!(policy.guest.name, "reference-device");
+        assert_eq!(policy.device.count, 1);
+        assert!(policy.device.recycle_bytes > 0, "the shipped policy recycles freed blocks");
+        assert!(policy.device.huge_pages, "the shipped policy asks for huge pages");
+        assert!(policy.guest.path.ends_with("reference_device.wasm"));
+        assert!(policy.capabilities.preopens.is_empty());
+        assert!(!policy.capabilities.stderr);
+    }
+
+    #[test]
+    fn every_shipped_policy_is_valid() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Policy::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                checked += 1;
+            }
+        }
+        assert!(checked >= 2, "expected the device and hostile-device policies");
+    }
+
+    #[test]
+    fn rejects_unknown_keys_and_bad_limits() {
+        let bad = "[guest]\nname='x'\npath='x.wasm'\n[device]\ncount=1\nmemory-bytes=10\n";
+        let mut p: Policy = toml::from_str(bad).unwrap();
+        p.resolve_paths(Path::new("/"));
+        assert!(p.validate().unwrap_err().contains("memory-bytes"));
+        assert!(toml::from_str::<Policy>("[guest]\nname='x'\npath='x'\nsurprise=1\n").is_err());
+        let greedy = "[guest]\nname='x'\npath='x.wasm'\n[device]\nmemory-bytes=16777216\nrecycle-bytes=16777217\n";
+        let p: Policy = toml::from_str(greedy).unwrap();
+        assert!(p.validate().unwrap_err().contains("recycle-bytes"));
+    }
+
+    #[test]
+    fn huge_pages_unless_the_policy_says_otherwise() {
+        let unsaid: Policy = toml::from_str("[guest]\nname='x'\npath='x.wasm'\n").unwrap();
+        assert!(unsaid.device.huge_pages);
+        assert!(DeviceSection::default().huge_pages);
+        let off: Policy = toml::from_str("[guest]\nname='x'\npath='x.wasm'\n[device]\nhuge-pages=false\n").unwrap();
+        assert!(!off.device.huge_pages);
+        assert!(toml::from_str::<Policy>("[guest]\nname='x'\npath='x.wasm'\n[device]\nhuge-pages=2\n").is_err());
+    }
+}
