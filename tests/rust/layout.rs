@@ -328,10 +328,31 @@ fn mismatches(probes: impl IntoIterator<Item = (String, i64)>) -> Vec<String> {
         .collect()
 }
 
+/// Whether the headers are a newer TensorFlow's than the one the mirrors
+/// are of (`bash tests/run.sh --tf nightly` sets `TFWASM_TF=nightly`).
+/// There a struct may have grown fields appended after the ones the plugin
+/// mirrors (2.22 appends `create_stream_with_options` to
+/// `SP_StreamExecutor`): TensorFlow reads only what the `struct_size` we
+/// report covers, and we read only our prefix of its structs. Every field
+/// we mirror must still sit where the header puts it.
+fn newer_headers() -> bool {
+    std::env::var("TFWASM_TF").as_deref() == Ok("nightly")
+}
+
 #[test]
 fn struct_sizes_offsets_and_struct_size_macros_match_the_headers() {
     let constants: Vec<_> = constants().into_iter().map(|(expr, _)| expr.to_string()).collect();
-    let wrong = mismatches(probes().into_iter().filter(|(expr, _)| !constants.contains(expr)));
+    let c = c_values();
+    let (appended, wrong): (Vec<_>, Vec<_>) =
+        mismatches(probes().into_iter().filter(|(expr, _)| !constants.contains(expr))).into_iter().partition(|line| {
+            let expr = line.split(':').next().unwrap_or_default();
+            let whole_struct = (expr.starts_with("sizeof(") && !expr.contains("->")) || expr.ends_with("_STRUCT_SIZE");
+            let rust: i64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(i64::MAX);
+            newer_headers() && whole_struct && c[expr] > rust
+        });
+    for line in &appended {
+        eprintln!("newer headers append fields the plugin leaves unset: {line}");
+    }
     assert!(wrong.is_empty(), "#[repr(C)] mirrors differ from the TensorFlow headers:\n  {}", wrong.join("\n  "));
 }
 
