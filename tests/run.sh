@@ -11,7 +11,9 @@
 #
 #   bash tests/run.sh               against tensorflow-cpu 2.21 in .venv/ (what CI runs)
 #   bash tests/run.sh --tf nightly  against tf-nightly-cpu in .venv-nightly/: the next
-#                                   TensorFlow, its headers for the C-layout check included
+#                                   TensorFlow, its headers for the C-layout check included;
+#                                   then test_versions.py under tensorflow-cpu 2.20 (below
+#                                   the supported range) in .venv-unsupported/
 set -Eeuo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -92,6 +94,10 @@ for target in "${cross_targets[@]}"; do
     run "check $target" cargo check -q -p tfwasm-runtime --target "$target"
 done
 run "python tests" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python
+if [[ "$TFWASM_TF" == nightly ]]; then
+    TFWASM_TF=unsupported bash host/scripts/setup.sh
+    run "unsupported tensorflow" .venv-unsupported/bin/python -m pytest -q -p no:cacheprovider tests/python/test_versions.py
+fi
 
 printf '\n==> Summary\n'
 for target in "${cross_targets[@]}"; do
@@ -101,3 +107,6 @@ for step in "host tests" "guest unit tests"; do
     grep -h '^test result:' "$log_dir/$step.log" | sed "s/^/$step: /"
 done
 tail -n 1 "$log_dir/python tests.log" | sed 's/^/python tests: /'
+if [[ "$TFWASM_TF" == nightly ]]; then
+    tail -n 1 "$log_dir/unsupported tensorflow.log" | sed 's/^/under tensorflow-cpu 2.20: /'
+fi

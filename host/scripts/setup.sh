@@ -20,8 +20,10 @@ unset TF_PLUGGABLE_DEVICE_LIBRARY_PATH
 case "${TFWASM_TF:-stable}" in
     stable) TF_PIN="tensorflow-cpu==2.21.0" VENV=.venv ;;
     nightly) TF_PIN="tf-nightly-cpu" VENV=.venv-nightly ;;
+    # Below the supported range: the plugin must stay out of the way.
+    unsupported) TF_PIN="tensorflow-cpu==2.20.0" VENV=.venv-unsupported ;;
     *)
-        echo "error: TFWASM_TF=${TFWASM_TF} (expected stable or nightly)" >&2
+        echo "error: TFWASM_TF=${TFWASM_TF} (expected stable, nightly or unsupported)" >&2
         exit 2
         ;;
 esac
