@@ -97,6 +97,9 @@ def defaults_env() -> dict[str, str]:
     env = {PLUGIN_ENV: str(Path(TEST_LIBRARY).resolve())} if TEST_LIBRARY else {}
     env["TFWASM_POLICY"] = str(REPO_POLICY)
     env["TFWASM_GUEST"] = str(BUILT_REFERENCE_GUEST)
+    # The `tfwasm` Python package (traffic counters, sweep) from the source tree.
+    package = str(REPO_ROOT / "host" / "python")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package, os.environ.get("PYTHONPATH")]))
     return env
 
 
