@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Every test: check formatting (cargo fmt, .rustfmt.toml), build and install
 # (host/scripts/setup.sh), then
-#   1. cargo test --release -p tfwasm -p tfwasm-runtime -p tfwasm-kernels
+#   1. cargo test --release -p tfwasm -p tfwasm-runtime -p tfwasm-kernels -p tfwasm-cli
 #                                                host unit tests + tests/rust (integration,
 #                                                incl. the C-layout check against the wheel's headers)
+#                                                + tests/cli (the `tfwasm check` suite on real guests)
 #   2. cargo test -p tfwasm-reference-device     the reference guest's own unit tests, natively
-#   3. cargo check -p tfwasm-runtime --target …  the runtime builds for Windows and macOS too
+#   3. cargo check -p tfwasm-runtime -p tfwasm-cli --target …
+#                                                the runtime and the command build for Windows and macOS
 #   4. pytest tests/python                       the plugin inside the real TensorFlow
 # Stops at the first failure. Non-interactive, so the same under CI=true.
 #
@@ -65,7 +67,7 @@ export TFWASM_TF_INCLUDE
 
 # Same profile, features and target dir as setup.sh's `cargo build --release`,
 # so the dependencies (wasmtime above all) are reused, not rebuilt.
-run "host tests" cargo test --release -p tfwasm -p tfwasm-runtime -p tfwasm-kernels
+run "host tests" cargo test --release -p tfwasm -p tfwasm-runtime -p tfwasm-kernels -p tfwasm-cli
 run "guest unit tests" cargo test -p tfwasm-reference-device -p tfwasm-hostile-device
 
 # The runtime (sandbox, policy, device) is what a guest author runs on any OS.
@@ -91,7 +93,7 @@ for target in "${cross_targets[@]}"; do
 done
 export AR_aarch64_apple_darwin=llvm-ar
 for target in "${cross_targets[@]}"; do
-    run "check $target" cargo check -q -p tfwasm-runtime --target "$target"
+    run "check $target" cargo check -q -p tfwasm-runtime -p tfwasm-cli --target "$target"
 done
 run "python tests" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python
 if [[ "$TFWASM_TF" == nightly ]]; then
@@ -101,7 +103,7 @@ fi
 
 printf '\n==> Summary\n'
 for target in "${cross_targets[@]}"; do
-    echo "cargo check -p tfwasm-runtime --target $target: ok"
+    echo "cargo check -p tfwasm-runtime -p tfwasm-cli --target $target: ok"
 done
 for step in "host tests" "guest unit tests"; do
     grep -h '^test result:' "$log_dir/$step.log" | sed "s/^/$step: /"

@@ -1,0 +1,57 @@
+//! `tfwasm info`: what a guest component is, read from the binary.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+
+#[derive(Debug, Serialize)]
+pub struct Described {
+    pub path: String,
+    pub bytes: u64,
+    /// The digest to pin in a policy.
+    pub sha256: String,
+    /// The WIT packages (with versions) of what it exports: the world it implements.
+    pub exports_packages: Vec<String>,
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+}
+
+pub fn describe(path: &Path) -> Result<Described> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let engine = tfwasm_runtime::sandbox::engine().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let component =
+        Component::new(engine, &bytes).map_err(|e| anyhow::anyhow!("{} is not a component: {e}", path.display()))?;
+    let ty = component.component_type();
+    let imports: Vec<String> = ty.imports(engine).map(|(name, _)| name.to_owned()).collect();
+    let exports: Vec<String> = ty.exports(engine).map(|(name, _)| name.to_owned()).collect();
+    // `tfwasm:device/memory@0.1.0` → `tfwasm:device@0.1.0`.
+    let packages: BTreeSet<String> = exports
+        .iter()
+        .filter_map(|name| {
+            let (package, rest) = name.split_once('/')?;
+            let version = rest.split_once('@').map(|(_, v)| format!("@{v}")).unwrap_or_default();
+            Some(format!("{package}{version}"))
+        })
+        .collect();
+    Ok(Described {
+        path: path.display().to_string(),
+        bytes: bytes.len() as u64,
+        sha256: Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect(),
+        exports_packages: packages.into_iter().collect(),
+        imports,
+        exports,
+    })
+}
+
+pub fn print(d: &Described) {
+    println!("{}", d.path);
+    println!("  size     {} bytes", d.bytes);
+    println!("  sha256   {}", d.sha256);
+    println!("  world    {}", d.exports_packages.join(", "));
+    println!("  exports  {}", d.exports.join(" "));
+    println!("  imports  {}", d.imports.join(" "));
+}

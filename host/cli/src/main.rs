@@ -1,0 +1,95 @@
+//! # The `tfwasm` command
+//!
+//! What a device vendor runs on a laptop, on any OS, without TensorFlow:
+//!
+//! - `tfwasm check GUEST.wasm [--policy P] [--json]`: the device
+//!   conformance suite ([`conformance`]). Each clause of the WIT contract
+//!   becomes a check that drives the guest through `tfwasm-runtime`'s device
+//!   layer, the same code that validates every answer inside TensorFlow; a
+//!   check fails when the host had to refuse an answer, replace the
+//!   instance or stop a call at its deadline. Exit status 1 when any fails.
+//! - `tfwasm info GUEST.wasm`: the component's WIT packages, imports,
+//!   exports, size and SHA-256 digest.
+
+mod conformance;
+mod info;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use tfwasm_runtime::policy::Policy;
+
+#[derive(Parser)]
+#[command(name = "tfwasm", version, about = "Check and describe tfwasm guests, without TensorFlow")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the device conformance suite against a guest.
+    Check {
+        /// The guest component (.wasm).
+        guest: PathBuf,
+        /// A policy whose limits and `[guest.config]` to use (its guest path
+        /// is replaced by GUEST); default: the guest alone, default limits.
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// Print the results as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Describe a guest component: WIT packages, imports, exports, size, digest.
+    Info {
+        guest: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("tfwasm: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Check { guest, policy, json } => {
+            let mut policy = match policy {
+                Some(path) => Policy::load(&path).with_context(|| format!("policy {}", path.display()))?,
+                None => Policy::for_guest(&guest_name(&guest), &guest),
+            };
+            policy.guest.path = guest;
+            let log = conformance::capture_logs();
+            let results = conformance::run(&policy, &log);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&results)?);
+            } else {
+                conformance::print_table(&policy, &results);
+            }
+            Ok(if results.iter().all(|r| r.passed) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Info { guest, json } => {
+            let described = info::describe(&guest)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&described)?);
+            } else {
+                info::print(&described);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The file's stem, as the guest's name in messages.
+fn guest_name(path: &std::path::Path) -> String {
+    path.file_stem().map_or_else(|| "guest".to_owned(), |stem| stem.to_string_lossy().into_owned())
+}
