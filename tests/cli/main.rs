@@ -104,3 +104,28 @@ fn info_names_the_world_and_the_digest_to_pin() {
     let (code, _) = tfwasm(&["info", workspace().join("Cargo.toml").to_str().unwrap()]);
     assert_eq!(code, 2);
 }
+
+#[test]
+fn policy_check_says_what_is_wrong_and_where() {
+    let dir = std::env::temp_dir().join(format!("tfwasm-cli-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let reference = guest("tfwasm_reference_device.wasm");
+    let fine = dir.join("fine.toml");
+    std::fs::write(&fine, format!("[guest]\nname = \"ok\"\npath = {:?}\n", reference.to_str().unwrap())).unwrap();
+    let (code, out) = tfwasm(&["policy", "check", fine.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(": ok"), "{out}");
+    // A TOML error names its line.
+    let broken = dir.join("broken.toml");
+    std::fs::write(&broken, "[guest]\nname = \"x\"\npath = \"a.wasm\"\n[device]\ncount = two\n").unwrap();
+    let (code, out) = tfwasm(&["policy", "check", broken.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(out.contains("line 5"), "{out}");
+    // A guest that is not there.
+    let missing = dir.join("missing.toml");
+    std::fs::write(&missing, "[guest]\nname = \"x\"\npath = \"nowhere.wasm\"\n").unwrap();
+    let (code, out) = tfwasm(&["policy", "check", missing.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(out.contains("guest.path: no file"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

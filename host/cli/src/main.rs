@@ -10,6 +10,9 @@
 //!   instance or stop a call at its deadline. Exit status 1 when any fails.
 //! - `tfwasm info GUEST.wasm`: the component's WIT packages, imports,
 //!   exports, size and SHA-256 digest.
+//! - `tfwasm policy check P.toml`: whether a policy loads as the plugin
+//!   would load it (TOML errors say their line), and whether what it names
+//!   exists.
 
 mod conformance;
 mod info;
@@ -48,6 +51,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Policies.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Check a policy as the plugin would load it, and what it names.
+    Check { policy: PathBuf },
 }
 
 fn main() -> ExitCode {
@@ -77,6 +91,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(if results.iter().all(|r| r.passed) { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
+        Command::Policy { command: PolicyCommand::Check { policy } } => Ok(check_policy(&policy)),
         Command::Info { guest, json } => {
             let described = info::describe(&guest)?;
             if json {
@@ -86,6 +101,47 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// Loads `path` as the plugin does, then looks at what it names; prints
+/// every problem found, exit status 1 if any.
+fn check_policy(path: &std::path::Path) -> ExitCode {
+    let policy = match Policy::load(path) {
+        Ok(policy) => policy,
+        Err(error) => {
+            println!("{error}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut problems = Vec::new();
+    if !policy.guest.path.is_file() {
+        problems.push(format!("guest.path: no file at {}", policy.guest.path.display()));
+    } else if let Err(error) = info::describe(&policy.guest.path) {
+        problems.push(format!("guest.path: {error:#}"));
+    }
+    for preopen in &policy.capabilities.preopens {
+        if !preopen.host.is_dir() {
+            problems.push(format!("capabilities.preopens: no directory at {}", preopen.host.display()));
+        }
+    }
+    if problems.is_empty() {
+        println!(
+            "{}: ok (guest {} at {}, {} device(s) of {} bytes, {} ms per call, {} bytes of guest memory)",
+            path.display(),
+            policy.guest.name,
+            policy.guest.path.display(),
+            policy.device.count,
+            policy.device.memory_bytes,
+            policy.limits.call_deadline_ms,
+            policy.limits.memory_bytes
+        );
+        ExitCode::SUCCESS
+    } else {
+        for problem in &problems {
+            println!("{}: {problem}", path.display());
+        }
+        ExitCode::from(1)
     }
 }
 
