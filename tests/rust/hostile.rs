@@ -235,3 +235,24 @@ fn refused_submits_hand_the_stream_to_the_host() {
     assert_eq!(device.replacements(), 0, "a refusal is not a fault");
     assert!(device.stream_status(s).is_ok());
 }
+
+#[test]
+fn a_pinned_digest_admits_only_that_guest() {
+    let bytes = std::fs::read(reference_guest()).unwrap();
+    let actual = tfwasm::sandbox::cache::sha256_hex(&bytes);
+    let mut pinned = policy("reference-device", reference_guest(), 4 << 20, &[]);
+    pinned.guest.sha256 = Some(actual.to_uppercase());
+    device(&pinned);
+    // Another guest under the same pin: refused, with both digests.
+    let other = std::fs::read(hostile_guest()).unwrap();
+    let mut swapped = pinned.clone();
+    swapped.guest.path = hostile_guest();
+    let error = start_error(&swapped);
+    let message = error.to_string();
+    assert!(matches!(error, Error::GuestLoad { .. }), "{message}");
+    assert!(message.contains(&actual.to_uppercase()), "the pin is missing: {message}");
+    assert!(message.contains(&tfwasm::sandbox::cache::sha256_hex(&other)), "the file's digest is missing: {message}");
+    // A malformed pin is a policy error, before anything is read.
+    swapped.guest.sha256 = Some("abc".into());
+    assert!(swapped.validate().unwrap_err().contains("64 hex digits"));
+}

@@ -26,6 +26,10 @@ pub struct GuestSection {
     /// Options handed to the guest's `init`.
     #[serde(default)]
     pub config: toml::Table,
+    /// The guest's SHA-256 (64 hex digits), if the operator pins it: a file
+    /// with another digest is refused (`tfwasm info` prints a guest's).
+    #[serde(default)]
+    pub sha256: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -145,6 +149,11 @@ impl Policy {
         if self.guest.name.trim().is_empty() {
             return Err("guest.name must not be empty".into());
         }
+        if let Some(pin) = &self.guest.sha256 {
+            if pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("guest.sha256 = {pin:?} is not a SHA-256 digest (64 hex digits)"));
+            }
+        }
         if self.device.count > MAX_DEVICES {
             return Err(format!("device.count = {} exceeds {MAX_DEVICES}", self.device.count));
         }
@@ -187,7 +196,7 @@ impl Policy {
     /// The policy used when tests or tools build one in code.
     pub fn for_guest(name: &str, path: impl Into<PathBuf>) -> Policy {
         Policy {
-            guest: GuestSection { name: name.into(), path: path.into(), config: Default::default() },
+            guest: GuestSection { name: name.into(), path: path.into(), config: Default::default(), sha256: None },
             limits: Limits::default(),
             device: DeviceSection::default(),
             capabilities: Capabilities::default(),

@@ -38,6 +38,11 @@ pub fn default_dir() -> Option<PathBuf> {
     }
 }
 
+/// The SHA-256 of `bytes` in lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The cache entry for `bytes` compiled by `engine`.
 pub fn entry(dir: &Path, engine: &Engine, bytes: &[u8]) -> PathBuf {
     let mut compat = std::collections::hash_map::DefaultHasher::new();

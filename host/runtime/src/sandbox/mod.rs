@@ -236,6 +236,15 @@ impl GuestProgram {
         let started = Instant::now();
         let bytes = std::fs::read(&policy.guest.path)
             .map_err(|e| load_err(format!("cannot read {}: {e}", policy.guest.path.display())))?;
+        if let Some(pinned) = &policy.guest.sha256 {
+            let actual = cache::sha256_hex(&bytes);
+            if !actual.eq_ignore_ascii_case(pinned) {
+                return Err(load_err(format!(
+                    "{} is not the guest the policy pins: guest.sha256 = {pinned}, the file's SHA-256 is {actual}",
+                    policy.guest.path.display()
+                )));
+            }
+        }
         let (component, cached) = cache::compile(engine, &bytes, cache_dir).map_err(|e| {
             load_err(format!(
                 "not a valid wasm component ({:#}); build guests for wasm32-wasip2 with wit-bindgen against wit/device",
