@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import time
 
 import pytest
 
-from tfwasm_support import REFERENCE_GUEST_NAME, make_policy, subprocess_env, toml_dumps
+from tfwasm_support import REFERENCE_GUEST_NAME, SCRIPT_PRELUDE, TfRun, make_policy, subprocess_env, toml_dumps
 
 # One program, two device sets: `DEVICES` is "wasm" (two WASM devices) or
 # "cpu" (two logical CPU devices, and a plugin that lists no device).
@@ -132,8 +131,6 @@ def mirrored_runs(tmp_path_factory, reference_guest):
         policy = folder / f"{devices}.toml"
         policy.write_text(toml_dumps(make_policy(reference_guest, REFERENCE_GUEST_NAME, count=count)), encoding="utf-8")
         code = f"DEVICES = {devices!r}\n" + textwrap.dedent(MIRRORED)
-        from tfwasm_support import SCRIPT_PRELUDE
-
         done = subprocess.run(
             [sys.executable, "-c", SCRIPT_PRELUDE + code],
             env=subprocess_env(None, policy),
@@ -143,8 +140,6 @@ def mirrored_runs(tmp_path_factory, reference_guest):
             errors="replace",
             timeout=600,
         )
-        from tfwasm_support import TfRun
-
         run = TfRun(done.returncode, done.stdout, done.stderr)
         assert run.returncode == 0, f"{devices}: {run.describe()}"
         runs[devices] = run
@@ -250,8 +245,6 @@ def free_ports(n: int) -> list[int]:
 
 def run_workers(tmp_path, reference_guest, n: int, steps: int, die_at: int = -1, timeout_s: int = 20):
     """Starts `n` workers on loopback; returns [(returncode, output, seconds, result or None)]."""
-    from tfwasm_support import SCRIPT_PRELUDE
-
     policy = tmp_path / "gpu.toml"
     policy.write_text(toml_dumps(make_policy(reference_guest, REFERENCE_GUEST_NAME)), encoding="utf-8")
     ports = free_ports(n)

@@ -68,9 +68,11 @@ pub fn capture_logs() -> Log {
     log
 }
 
-/// The checks, in the order they run.
+/// The first check, which `run` makes itself: the rest need a program.
+const LOAD: (&str, &str) = ("load", "the component compiles and links with the imports the policy grants");
+
+/// The checks after `load`, in the order they run.
 const CHECKS: &[(&str, &str, Check)] = &[
-    ("load", "the component compiles and links with the imports the policy grants", check_load),
     ("init", "`identity.init` runs once and describes a valid device", check_init),
     ("placement", "`memory.allocate` answers are aligned, inside the region and disjoint", check_placement),
     ("free-and-usage", "`memory.free` releases exactly, `memory.usage` agrees with what is live", check_free),
@@ -88,8 +90,8 @@ pub fn run(policy: &Policy, log: &Log) -> Vec<CheckResult> {
     let program = match GuestProgram::load(policy) {
         Ok(program) => program,
         Err(error) => {
-            let mut results = vec![result(CHECKS[0], Err(error.to_string()), log)];
-            results.extend(CHECKS[1..].iter().map(|&(check, clause, _)| CheckResult {
+            let mut results = vec![result(LOAD, Err(error.to_string()), log)];
+            results.extend(CHECKS.iter().map(|&(check, clause, _)| CheckResult {
                 check,
                 clause,
                 passed: false,
@@ -98,20 +100,15 @@ pub fn run(policy: &Policy, log: &Log) -> Vec<CheckResult> {
             return results;
         }
     };
-    let mut results = vec![result(CHECKS[0], Ok(format!("{}", program.label())), log)];
-    for &entry in &CHECKS[1..] {
-        let outcome = (entry.2)(&program);
-        results.push(result(entry, outcome, log));
+    let mut results = vec![result(LOAD, Ok(program.label().to_owned()), log)];
+    for &(check, clause, run_check) in CHECKS {
+        results.push(result((check, clause), run_check(&program), log));
     }
     results
 }
 
 /// A check's outcome, failed also when the host refused any answer meanwhile.
-fn result(
-    (check, clause, _): (&'static str, &'static str, Check),
-    outcome: Result<String, String>,
-    log: &Log,
-) -> CheckResult {
+fn result((check, clause): (&'static str, &'static str), outcome: Result<String, String>, log: &Log) -> CheckResult {
     let logged = log.take();
     let refused: Vec<&str> = logged
         .lines()
@@ -156,10 +153,6 @@ fn unreplaced(device: &Device) -> Result<(), String> {
         0 => Ok(()),
         n => Err(format!("the host replaced the guest instance {n} time(s)")),
     }
-}
-
-fn check_load(_: &Arc<GuestProgram>) -> Result<String, String> {
-    unreachable!("`load` is checked by `run`")
 }
 
 fn check_init(program: &Arc<GuestProgram>) -> Result<String, String> {

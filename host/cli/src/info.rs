@@ -5,7 +5,6 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
 #[derive(Debug, Serialize)]
@@ -40,7 +39,7 @@ pub fn describe(path: &Path) -> Result<Described> {
     Ok(Described {
         path: path.display().to_string(),
         bytes: bytes.len() as u64,
-        sha256: Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect(),
+        sha256: tfwasm_runtime::sandbox::cache::sha256_hex(&bytes),
         exports_packages: packages.into_iter().collect(),
         imports,
         exports,

@@ -1185,13 +1185,12 @@ mod tests {
             || vec![Tensor::from_vec(a_shape, a.clone()).unwrap(), Tensor::from_vec(b_shape, b.clone()).unwrap()];
         for forwarding in [true, false] {
             let ctx = LocalContext::new(inputs(), &[DType::F32]);
-            let out = if forwarding {
+            if forwarding {
                 kernel.compute(&ctx).unwrap();
-                ctx.output(0).unwrap()
             } else {
                 kernel.compute(&NoForward(&ctx)).unwrap();
-                ctx.output(0).unwrap()
-            };
+            }
+            let out = ctx.output(0).unwrap();
             assert_eq!(out.shape(), expected_shape.as_slice(), "kernel {op:?} {a_shape:?} {b_shape:?}");
             for (i, (&got, &want)) in out.data::<f32>().unwrap().iter().zip(&expected).enumerate() {
                 let how = if forwarding { "forwarding" } else { "fresh output" };

@@ -508,8 +508,7 @@ pub trait OpContext {
         shape: &[usize],
         candidates: Vec<(usize, Tensor)>,
     ) -> Result<OutputPlace, Error> {
-        let output = self.allocate_output(index, shape)?;
-        Ok(OutputPlace { output, forwarded: None, inputs: candidates.into_iter().map(|(_, t)| Some(t)).collect() })
+        Ok(OutputPlace::allocated(self.allocate_output(index, shape)?, candidates))
     }
 }
 
@@ -523,6 +522,13 @@ pub struct OutputPlace {
     /// The candidates in the order given, `None` for the forwarded one
     /// (its values are the output's now).
     pub inputs: Vec<Option<Tensor>>,
+}
+
+impl OutputPlace {
+    /// A freshly allocated `output`, every candidate handed back.
+    pub fn allocated(output: Tensor, candidates: Vec<(usize, Tensor)>) -> OutputPlace {
+        OutputPlace { output, forwarded: None, inputs: candidates.into_iter().map(|(_, t)| Some(t)).collect() }
+    }
 }
 
 /// Whether `candidate` may hold an output of `dtype` and `len` elements:
@@ -705,12 +711,7 @@ impl OpContext for LocalContext {
         let dtype = self.output_dtype(index)?;
         let len = element_count(shape).ok_or_else(|| Error::Internal("output shape too large".into()))?;
         let Some(position) = candidates.iter().position(|(_, t)| may_forward(t, dtype, len)) else {
-            let output = self.allocate_output(index, shape)?;
-            return Ok(OutputPlace {
-                output,
-                forwarded: None,
-                inputs: candidates.into_iter().map(|(_, t)| Some(t)).collect(),
-            });
+            return Ok(OutputPlace::allocated(self.allocate_output(index, shape)?, candidates));
         };
         let (scratch, mut output) = Scratch::new(dtype, shape, 0)?;
         output.bytes_mut()?.copy_from_slice(candidates[position].1.bytes());

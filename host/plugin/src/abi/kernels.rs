@@ -699,9 +699,7 @@ impl Context<'_> {
         // memory is an anonymous mapping, so the bytes are initialised.
         unsafe { Tensor::from_raw(dtype, shape, data, known.is_some(), handle.into_owner()) }
     }
-}
 
-impl Context<'_> {
     fn too_large(&self, shape: &[usize]) -> Error {
         Error::InvalidArgument(format!("{}: output shape {} is too large", self.op, ShapeDisplay(shape)))
     }

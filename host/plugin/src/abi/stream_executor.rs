@@ -93,18 +93,8 @@ pub unsafe extern "C" fn SE_InitPlugin(params: *mut SE_PlatformRegistrationParam
             Some(version) => version.check_supported().err(),
             None => Some(Error::Config("TF_Version() gave no version tfwasm can read".into())),
         };
-        let device_type = match crate::config::device_type() {
-            Ok(_) if unsupported.is_some() && !duplicate => {
-                // Our structs and kernels may not be what this TensorFlow
-                // expects: register nothing, keep the process, say why.
-                tracing::error!(
-                    "{}. tfwasm registers no devices.",
-                    unsupported.as_ref().map(|e| e.to_string()).unwrap_or_default()
-                );
-                INERT.store(true, std::sync::atomic::Ordering::SeqCst);
-                INERT_TYPE
-            }
-            Ok(_) if duplicate => {
+        let device_type = match (crate::config::device_type(), unsupported) {
+            (Ok(_), _) if duplicate => {
                 // Registering the same device type twice aborts TensorFlow.
                 // Register an inert platform instead and say what happened.
                 tracing::error!(
@@ -116,8 +106,15 @@ pub unsafe extern "C" fn SE_InitPlugin(params: *mut SE_PlatformRegistrationParam
                 INERT.store(true, std::sync::atomic::Ordering::SeqCst);
                 INERT_TYPE
             }
-            Ok(t) => t,
-            Err(e) => {
+            (Ok(_), Some(unsupported)) => {
+                // Our structs and kernels may not be what this TensorFlow
+                // expects: register nothing, keep the process, say why.
+                tracing::error!("{unsupported}. tfwasm registers no devices.");
+                INERT.store(true, std::sync::atomic::Ordering::SeqCst);
+                INERT_TYPE
+            }
+            (Ok(t), None) => t,
+            (Err(e), _) => {
                 // TF aborts on an invalid type; register an inert one so the
                 // process lives, with no devices, and say why.
                 tracing::error!("{e}. tfwasm registers no devices.");
@@ -127,11 +124,11 @@ pub unsafe extern "C" fn SE_InitPlugin(params: *mut SE_PlatformRegistrationParam
         let inert = device_type == INERT_TYPE;
         let plugin = match (inert, PLUGIN.get()) {
             (false, _) | (true, None) => PLUGIN.get_or_init(|| {
-                let platform = if inert {
-                    Box::leak(Box::new(Platform { devices: Vec::new(), failure: None }))
+                let platform = Box::leak(Box::new(if inert {
+                    Platform { devices: Vec::new(), failure: None }
                 } else {
-                    Box::leak(Box::new(Platform::from_policy(crate::config::policy(), &device_type.to_string_lossy())))
-                };
+                    Platform::from_policy(crate::config::policy(), &device_type.to_string_lossy())
+                }));
                 Plugin { device_type, platform }
             }),
             (true, Some(existing)) => existing,

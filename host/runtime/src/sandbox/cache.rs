@@ -47,9 +47,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 pub fn entry(dir: &Path, engine: &Engine, bytes: &[u8]) -> PathBuf {
     let mut compat = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut compat);
-    let digest = Sha256::digest(bytes);
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    dir.join(format!("{hex}-{:016x}.cwasm", compat.finish()))
+    dir.join(format!("{}-{:016x}.cwasm", sha256_hex(bytes), compat.finish()))
 }
 
 /// Compiles `bytes`, or loads the compiled form from `dir`. Returns the
