@@ -7,6 +7,8 @@ The wheel installs into site-packages:
     tensorflow-plugins/tfwasm/device.toml           default sandbox policy
     tensorflow-plugins/tfwasm/reference_device.wasm default guest
     tfwasm/*.py                                     `python -m tfwasm sweep|coverage`
+    (the environment's bin/)tfwasm                  the `tfwasm` command: check, info,
+                                                    precompile, policy check
     tfwasm-<version>.dist-info/licenses/THIRD_PARTY_LICENSES.txt
                                                     what the plugin and guest are built from,
                                                     with their license texts
@@ -18,7 +20,7 @@ the plugin, which looks for them there.
 Usage (from anywhere; defaults are relative to the repository root):
 
     python3 host/packaging/build_wheel.py [--plugin PATH] [--policy PATH]
-                                          [--guest PATH] [--out-dir DIR]
+                                          [--guest PATH] [--cli PATH] [--out-dir DIR]
 """
 
 from __future__ import annotations
@@ -138,6 +140,7 @@ def python_package() -> list[tuple[str, bytes, int]]:
 SHIPPED = (
     ("tfwasm", "x86_64-unknown-linux-gnu", f"{PLUGIN_DIR}/libtfwasm.so"),
     ("tfwasm-reference-device", "wasm32-wasip2", f"{PLUGIN_DIR}/{NAME}/reference_device.wasm"),
+    ("tfwasm-cli", "x86_64-unknown-linux-gnu", "bin/tfwasm"),
 )
 
 # Native code a crate builds from sources it carries, under a license of its
@@ -231,7 +234,8 @@ def third_party_notices() -> bytes:
     out.write(
         "Third-party software in the tfwasm wheel\n"
         "========================================\n\n"
-        "libtfwasm.so and reference_device.wasm are built from tfwasm's own crates\n"
+        "libtfwasm.so, reference_device.wasm and the tfwasm command are built from\n"
+        "tfwasm's own crates "
         "and the packages listed below (and the Rust standard library, MIT OR\n"
         "Apache-2.0): every package Cargo resolves for the binary's target, which\n"
         "may name a few that the final link leaves out. Each package is listed with\n"
@@ -249,8 +253,8 @@ def third_party_notices() -> bytes:
     return out.getvalue().encode()
 
 
-def build(plugin: Path, policy: Path, guest: Path, out_dir: Path) -> Path:
-    for label, path in (("plugin", plugin), ("policy", policy), ("guest", guest)):
+def build(plugin: Path, policy: Path, guest: Path, cli: Path, out_dir: Path) -> Path:
+    for label, path in (("plugin", plugin), ("policy", policy), ("guest", guest), ("command", cli)):
         if not path.is_file():
             sys.exit(f"build_wheel: {label} not found: {path} (build it first: host/scripts/setup.sh)")
 
@@ -260,6 +264,8 @@ def build(plugin: Path, policy: Path, guest: Path, out_dir: Path) -> Path:
         (f"{PLUGIN_DIR}/libtfwasm.so", plugin.read_bytes(), 0o755),
         (f"{PLUGIN_DIR}/{NAME}/device.toml", policy.read_bytes(), 0o644),
         (f"{PLUGIN_DIR}/{NAME}/reference_device.wasm", guest.read_bytes(), 0o644),
+        # pip installs a wheel's `.data/scripts/` into the environment's bin/.
+        (f"{NAME}-{version}.data/scripts/tfwasm", cli.read_bytes(), 0o755),
         *python_package(),
         (f"{dist_info}/METADATA", metadata(version).encode(), 0o644),
         (f"{dist_info}/licenses/THIRD_PARTY_LICENSES.txt", third_party_notices(), 0o644),
@@ -292,10 +298,12 @@ def main() -> None:
     parser.add_argument("--guest", type=Path,
                         default=REPO / "target/wasm32-wasip2/guest/tfwasm_reference_device.wasm",
                         help="the default guest (default: the reference device built with --profile guest)")
+    parser.add_argument("--cli", type=Path, default=REPO / "target/release/tfwasm",
+                        help="the tfwasm command (default: target/release/tfwasm)")
     parser.add_argument("--out-dir", type=Path, default=REPO / "dist",
                         help="where to write the wheel (default: dist/)")
     args = parser.parse_args()
-    print(build(args.plugin, args.policy, args.guest, args.out_dir))
+    print(build(args.plugin, args.policy, args.guest, args.cli, args.out_dir))
 
 
 if __name__ == "__main__":

@@ -43,8 +43,8 @@ step "Build guests (wasm32-wasip2, profile guest)"
 cargo build --target "$WASM_TARGET" --profile guest \
     -p tfwasm-reference-device -p tfwasm-hostile-device
 
-step "Build host (release)"
-cargo build --release -p tfwasm
+step "Build host and the tfwasm command (release)"
+cargo build --release -p tfwasm -p tfwasm-cli
 
 step "Python environment $VENV"
 if [[ ! -x "$VENV/bin/python" ]]; then

@@ -13,9 +13,12 @@
 //! - `tfwasm policy check P.toml`: whether a policy loads as the plugin
 //!   would load it (TOML errors say their line), and whether what it names
 //!   exists.
+//! - `tfwasm precompile GUEST.wasm… [--policy P]`: fills the compile cache
+//!   the plugin reads ([`precompile`]).
 
 mod conformance;
 mod info;
+mod precompile;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,6 +51,20 @@ enum Command {
     /// Describe a guest component: WIT packages, imports, exports, size, digest.
     Info {
         guest: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compile guests into the compile cache the plugin reads, so the next
+    /// `import tensorflow` loads them in about a millisecond.
+    Precompile {
+        /// Guest components (.wasm).
+        guests: Vec<PathBuf>,
+        /// Also the guest this policy names.
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// The cache directory (default: `$TFWASM_CACHE_DIR`, else the user's cache, as the plugin).
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -92,6 +109,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(if results.iter().all(|r| r.passed) { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Policy { command: PolicyCommand::Check { policy } } => Ok(check_policy(&policy)),
+        Command::Precompile { mut guests, policy, cache_dir, json } => {
+            if let Some(path) = policy {
+                let policy = Policy::load(&path).with_context(|| format!("policy {}", path.display()))?;
+                guests.push(policy.guest.path);
+            }
+            if guests.is_empty() {
+                anyhow::bail!("nothing to precompile: name guests, or a policy with --policy");
+            }
+            let (dir, results) = precompile::run(&guests, cache_dir)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&results)?);
+            } else {
+                precompile::print(&dir, &results);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Info { guest, json } => {
             let described = info::describe(&guest)?;
             if json {
