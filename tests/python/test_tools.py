@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import sysconfig
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tfwasm_support import REPO_ROOT, subprocess_env
+from tfwasm_support import INSTALLED_PLUGIN, REPO_ROOT, reference_guest_path, subprocess_env
 
 PACKAGE = REPO_ROOT / "host" / "python"
 sys.path.insert(0, str(PACKAGE))
@@ -261,3 +264,39 @@ def test_the_wheel_ships_the_licenses_of_what_it_links():
     for package in ("wasmtime", "rayon", "gemm", "blis-src", "wit-bindgen"):
         assert any(entry.split()[0] == package for entry in entries), package
     assert "Redistribution and use in source and binary forms" in notices  # BLIS's BSD-3-Clause text
+
+
+# ---------------------------------------------------------------- the tfwasm command
+
+
+def installed_command() -> Path:
+    """The ``tfwasm`` command the wheel put beside this interpreter."""
+    path = Path(sysconfig.get_path("scripts")) / "tfwasm"
+    if INSTALLED_PLUGIN is None:
+        pytest.skip("the wheel is not installed in this interpreter (TFWASM_TEST_LIBRARY run)")
+    assert path.is_file(), f"the wheel installs the tfwasm command into {path.parent}; it is not there"
+    return path
+
+
+def test_the_wheel_installs_the_command_and_its_guest_passes_the_suite():
+    command = installed_command()
+    run = subprocess.run([command, "check", "--json", reference_guest_path()], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    checks = json.loads(run.stdout)
+    assert len(checks) >= 8 and all(check["passed"] for check in checks), checks
+
+
+def test_precompile_fills_the_cache_the_plugin_reads(tmp_path):
+    command = installed_command()
+    cache = tmp_path / "cache"
+    guest = reference_guest_path()
+    run = subprocess.run([command, "precompile", "--json", "--cache-dir", cache, guest], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (entry,) = json.loads(run.stdout)
+    assert not entry["cached"] and Path(entry["entry"]).is_file(), entry
+    program = "import tensorflow as tf; print(len(tf.config.list_physical_devices('WASM')))"
+    env = subprocess_env({"TFWASM_CACHE_DIR": cache, "TFWASM_LOG": "info"})
+    tf_run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
+    assert tf_run.returncode == 0 and tf_run.stdout.strip() == "1", tf_run.stdout + tf_run.stderr
+    assert "loaded from the compile cache" in tf_run.stderr, tf_run.stderr
+    assert sorted(p.name for p in cache.iterdir()) == [Path(entry["entry"]).name], "the plugin found the entry, wrote no other"
