@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod contract;
 mod precompile;
 
 fn workspace() -> PathBuf {
