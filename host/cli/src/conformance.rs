@@ -22,7 +22,7 @@ use serde::Serialize;
 use tfwasm_runtime::device::{Device, WorkFn, ALIGNMENT};
 use tfwasm_runtime::error::Error;
 use tfwasm_runtime::policy::Policy;
-use tfwasm_runtime::sandbox::{EventStatus, GuestProgram, WorkKind};
+use tfwasm_runtime::sandbox::{DeviceConfig, DeviceError, EventStatus, GuestInstance, GuestProgram, WorkKind};
 
 /// One check's outcome.
 #[derive(Debug, Clone, Serialize)]
@@ -76,6 +76,8 @@ const CHECKS: &[(&str, &str, Check)] = &[
     ("init", "`identity.init` runs once and describes a valid device", check_init),
     ("placement", "`memory.allocate` answers are aligned, inside the region and disjoint", check_placement),
     ("free-and-usage", "`memory.free` releases exactly, `memory.usage` agrees with what is live", check_free),
+    ("unknown-offset", "`memory.free` of an offset that is not live says `unknown-handle`", check_unknown_offset),
+    ("adopt", "after `memory.adopt`, placement avoids the adopted blocks, which free normally", check_adopt),
     ("out-of-memory", "a full device says out-of-memory, and recovers after a free", check_out_of_memory),
     ("concurrency", "allocations from several threads at once", check_concurrency),
     ("stream-order", "tickets keep each stream in order and honour dependencies", check_stream_order),
@@ -206,6 +208,93 @@ fn check_free(program: &Arc<GuestProgram>) -> Result<String, String> {
     device.deallocate(all).map_err(|e| e.to_string())?;
     unreplaced(&device)?;
     Ok("usage back to 0, the whole region allocatable again".into())
+}
+
+/// A bare instance of the guest, initialised for a region of `bytes`: the
+/// checks below ask it what the device layer never would (the host knows
+/// what is live and does not pass on a free of an unknown offset).
+fn bare_instance(program: &Arc<GuestProgram>, bytes: u64) -> Result<GuestInstance, String> {
+    let mut instance = program.instantiate().map_err(|e| e.to_string())?;
+    let config = DeviceConfig { ordinal: 0, memory_size: bytes, options: program.policy().guest_options() };
+    instance
+        .with_bindings("identity.init", |g, s| g.tfwasm_device_identity().call_init(s, &config))
+        .map_err(|e| e.to_string())?
+        .map_err(|reason| format!("init refused: {reason}"))?;
+    Ok(instance)
+}
+
+fn allocate(instance: &mut GuestInstance, size: u64) -> Result<Result<u64, DeviceError>, String> {
+    instance
+        .with_bindings("memory.allocate", |g, s| g.tfwasm_device_memory().call_allocate(s, size, ALIGNMENT))
+        .map_err(|e| e.to_string())
+}
+
+fn free(instance: &mut GuestInstance, offset: u64) -> Result<Result<(), DeviceError>, String> {
+    instance
+        .with_bindings("memory.free", |g, s| g.tfwasm_device_memory().call_free(s, offset))
+        .map_err(|e| e.to_string())
+}
+
+fn check_unknown_offset(program: &Arc<GuestProgram>) -> Result<String, String> {
+    let region = 16u64 << 20;
+    let mut instance = bare_instance(program, region)?;
+    let expect_unknown = |answer: Result<(), DeviceError>, what: &str| match answer {
+        Err(DeviceError::UnknownHandle(_)) => Ok(()),
+        Err(other) => Err(format!("free of {what}: {other:?}, not unknown-handle")),
+        Ok(()) => Err(format!("free of {what} succeeded")),
+    };
+    expect_unknown(free(&mut instance, 3 * ALIGNMENT)?, "an offset never allocated")?;
+    expect_unknown(free(&mut instance, region + ALIGNMENT)?, "an offset past the region")?;
+    let offset = allocate(&mut instance, 1000)?.map_err(|e| format!("allocate(1000): {e:?}"))?;
+    if offset % ALIGNMENT == 0 && offset + 1000 <= region {
+        expect_unknown(free(&mut instance, offset + ALIGNMENT)?, "an offset inside a live block")?;
+    }
+    free(&mut instance, offset)?.map_err(|e| format!("free of a live block: {e:?}"))?;
+    expect_unknown(free(&mut instance, offset)?, "a block already freed")?;
+    Ok("never allocated, past the region, inside a block, freed twice: each unknown-handle".into())
+}
+
+fn check_adopt(program: &Arc<GuestProgram>) -> Result<String, String> {
+    let region = 16u64 << 20;
+    let mut instance = bare_instance(program, region)?;
+    // What a replaced instance inherits: blocks at the start, the middle and the end.
+    let adopted = [(0, 1u64 << 20), (5 << 20, 300), (8 << 20, 2 << 20), (region - 4096, 4096)];
+    instance
+        .with_bindings("memory.adopt", |g, s| g.tfwasm_device_memory().call_adopt(s, &adopted))
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("adopt refused: {e:?}"))?;
+    let overlaps = |offset: u64, size: u64| adopted.iter().find(|&&(o, s)| offset < o + s && o < offset + size);
+    let mut placed = 0u64;
+    loop {
+        let size = 1u64 << 20;
+        match allocate(&mut instance, size)? {
+            Ok(offset) => {
+                if let Some(block) = overlaps(offset, size) {
+                    return Err(format!("allocate({size}) at {offset} overlaps the adopted block {block:?}"));
+                }
+                placed += size;
+            }
+            Err(DeviceError::OutOfMemory(_)) => break,
+            Err(other) => return Err(format!("allocate after adopt: {other:?}")),
+        }
+        if placed > region {
+            return Err("more placed than the region holds".into());
+        }
+    }
+    let adopted_bytes: u64 = adopted.iter().map(|&(_, s)| s).sum();
+    if placed + adopted_bytes + (2 << 20) < region {
+        return Err(format!("out of memory with {placed} bytes placed around {adopted_bytes} adopted in {region}"));
+    }
+    let usage = instance
+        .with_bindings("memory.usage", |g, s| g.tfwasm_device_memory().call_usage(s))
+        .map_err(|e| e.to_string())?;
+    if usage.bytes_in_use < placed + adopted_bytes {
+        return Err(format!("usage says {} bytes in use, {} are live", usage.bytes_in_use, placed + adopted_bytes));
+    }
+    for &(offset, _) in &adopted {
+        free(&mut instance, offset)?.map_err(|e| format!("free of the adopted block at {offset}: {e:?}"))?;
+    }
+    Ok(format!("{} MiB placed around {} adopted blocks, which then freed", placed >> 20, adopted.len()))
 }
 
 fn check_out_of_memory(program: &Arc<GuestProgram>) -> Result<String, String> {
