@@ -1,10 +1,12 @@
 """``proto/graph.proto`` against the TensorFlow wheel's own descriptors.
 
-The graph passes read and write TensorFlow's wire format through the field
-numbers generated from ``proto/graph.proto``. A wrong number or type there
-would make a pass misread every graph, so each field and enum value of our
-schema is checked against the descriptors of the installed wheel's
-``GraphDef`` / ``NodeDef`` / ``AttrValue`` / ``DataType``.
+Two kinds of code read graphs through this schema: the host's passes, by
+field number, and pass guests with the host's validation of their answers,
+which decode whole messages with prost and encode them again. A wrong number
+or type would make the first misread every graph; a field left out would make
+the second drop it. So every field and enum value of our schema is checked
+against the descriptors of the installed wheel, and every field of every
+message reachable from TensorFlow's ``GraphDef`` must be in our schema.
 """
 
 from __future__ import annotations
@@ -18,13 +20,21 @@ from tfwasm_support import REPO_ROOT
 SCHEMA = REPO_ROOT / "proto" / "graph.proto"
 
 # Scalar .proto types and the descriptor type each must have in TensorFlow.
-SCALAR_TYPES = {"string": "TYPE_STRING", "bytes": "TYPE_BYTES", "int64": "TYPE_INT64", "bool": "TYPE_BOOL"}
+SCALAR_TYPES = {
+    "string": "TYPE_STRING", "bytes": "TYPE_BYTES", "bool": "TYPE_BOOL", "float": "TYPE_FLOAT",
+    "double": "TYPE_DOUBLE", "int32": "TYPE_INT32", "int64": "TYPE_INT64", "uint32": "TYPE_UINT32",
+    "uint64": "TYPE_UINT64", "fixed64": "TYPE_FIXED64",
+}
 
 TOKEN = re.compile(r"//[^\n]*|[A-Za-z_][\w.]*|\d+|<[^>]*>|[{}=;]")
+# The schema's messages and enums are TensorFlow's under this package.
+TF_PACKAGE = "tensorflow"
 
 
 def parse(text: str):
-    """Our schema as ``({message path: {field: (type, repeated, number)}}, {enum: {value: number}})``.
+    """Our schema as ``({message path: {field: (type, label, number)}}, {enum: {value: number}})``.
+
+    ``label`` is ``"repeated"``, ``"optional"`` (a scalar with presence) or ``""``.
 
     Enough of the .proto grammar for this file: messages (nested), oneofs,
     maps, enums. Paths are dotted (``AttrValue.ListValue``).
@@ -51,38 +61,60 @@ def parse(text: str):
         elif scope and scope[-1][0] in ("message", "oneof") and "=" in tokens[i:i + 5]:
             eq = tokens.index("=", i)
             words = tokens[i:eq]
-            repeated = words[0] == "repeated"
-            if repeated:
+            label = words[0] if words[0] in ("repeated", "optional") else ""
+            if label:
                 words = words[1:]
             field_type = words[0] + (words[1] if words[1].startswith("<") else "")
             name = words[-1]
             path = ".".join(n for kind, n in scope if kind == "message")
-            messages[path][name] = (field_type, repeated, int(tokens[eq + 1]))
+            messages[path][name] = (field_type, label, int(tokens[eq + 1]))
             i = eq + 3
         else:
             i += 1
     return messages, enums
 
 
+def tf_descriptor(kind: str, path: str):
+    """TensorFlow's descriptor of message or enum ``path`` (dotted, nested), or None."""
+    # Importing the modules registers their messages in the default pool.
+    from google.protobuf import descriptor_pool
+    from tensorflow.core.framework import graph_pb2  # noqa: F401
+
+    pool = descriptor_pool.Default()
+    find = pool.FindMessageTypeByName if kind == "message" else pool.FindEnumTypeByName
+    try:
+        return find(f"{TF_PACKAGE}.{path}")
+    except KeyError:
+        return None
+
+
+def our_path(descriptor) -> str:
+    return descriptor.full_name.removeprefix(f"{TF_PACKAGE}.")
+
+
+def field_type_problem(ours: str, field) -> str | None:
+    """Why our type ``ours`` does not describe TensorFlow's ``field``, or None."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    type_names = {number: name for name, number in vars(FieldDescriptor).items() if name.startswith("TYPE_")}
+    if ours in SCALAR_TYPES:
+        got = type_names[field.type]
+        return None if got == SCALAR_TYPES[ours] else f"type {ours}, TensorFlow's is {got}"
+    target = field.message_type or field.enum_type
+    if target is None or our_path(target) != ours and target.name != ours:
+        return f"type {ours}, TensorFlow's is {target.full_name if target else type_names[field.type]}"
+    return None
+
+
 def mismatches(messages, enums) -> list[str]:
     """Every way our schema differs from the wheel's descriptors."""
-    from google.protobuf.descriptor import FieldDescriptor
-    from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2, types_pb2
-
-    theirs = {
-        "GraphDef": graph_pb2.GraphDef.DESCRIPTOR,
-        "NodeDef": node_def_pb2.NodeDef.DESCRIPTOR,
-        "AttrValue": attr_value_pb2.AttrValue.DESCRIPTOR,
-        "AttrValue.ListValue": attr_value_pb2.AttrValue.ListValue.DESCRIPTOR,
-    }
-    type_names = {number: name for name, number in vars(FieldDescriptor).items() if name.startswith("TYPE_")}
     problems = []
     for path, fields in messages.items():
-        descriptor = theirs.get(path)
+        descriptor = tf_descriptor("message", path)
         if descriptor is None:
-            problems.append(f"{path}: no such TensorFlow message is checked")
+            problems.append(f"{path}: TensorFlow has no such message")
             continue
-        for name, (field_type, repeated, number) in fields.items():
+        for name, (field_type, label, number) in fields.items():
             field = descriptor.fields_by_name.get(name)
             if field is None:
                 problems.append(f"{path}.{name}: TensorFlow has no such field")
@@ -90,37 +122,60 @@ def mismatches(messages, enums) -> list[str]:
             if field.number != number:
                 problems.append(f"{path}.{name}: number {number}, TensorFlow's is {field.number}")
             if field_type.startswith("map<"):
-                # The entry message our generated code reads (key 1, value 2).
-                value_type = field_type[4:-1].split(",")[1].strip()
+                key_type, value_type = (t.strip() for t in field_type[4:-1].split(","))
                 entry = field.message_type
                 if (
                     entry is None
                     or not entry.GetOptions().map_entry
-                    or entry.fields_by_name["value"].message_type.name != value_type
-                    or (entry.fields_by_name["key"].number, entry.fields_by_name["value"].number) != (1, 2)
+                    or field_type_problem(key_type, entry.fields_by_name["key"])
+                    or field_type_problem(value_type, entry.fields_by_name["value"])
                 ):
                     problems.append(f"{path}.{name}: TensorFlow's field is not a {field_type}")
                 continue
-            if field_type in SCALAR_TYPES:
-                got = type_names[field.type]
-                if got != SCALAR_TYPES[field_type]:
-                    problems.append(f"{path}.{name}: type {field_type}, TensorFlow's is {got}")
-            else:
-                target = field.message_type or field.enum_type
-                if target is None or target.name != field_type:
-                    problems.append(f"{path}.{name}: type {field_type}, TensorFlow's is {type_names[field.type]}")
-            if repeated != field.is_repeated:
-                problems.append(f"{path}.{name}: repeated is {repeated} here, not in TensorFlow")
+            problem = field_type_problem(field_type, field)
+            if problem:
+                problems.append(f"{path}.{name}: {problem}")
+            if (label == "repeated") != field.is_repeated:
+                problems.append(f"{path}.{name}: repeated is {label == 'repeated'} here, not in TensorFlow")
+            # proto2 scalars have presence; without `optional` a zero would not round-trip.
+            presence = field.has_presence and not field.is_repeated and field.message_type is None
+            presence = presence and field.containing_oneof is None
+            if presence != (label == "optional"):
+                problems.append(f"{path}.{name}: presence is {label == 'optional'} here, {presence} in TensorFlow")
     for enum, values in enums.items():
-        if enum != "DataType":
-            problems.append(f"{enum}: no such TensorFlow enum is checked")
+        descriptor = tf_descriptor("enum", enum)
+        if descriptor is None:
+            problems.append(f"{enum}: TensorFlow has no such enum")
             continue
         for name, number in values.items():
-            value = types_pb2.DataType.DESCRIPTOR.values_by_name.get(name)
+            value = descriptor.values_by_name.get(name)
             if value is None:
-                problems.append(f"DataType.{name}: TensorFlow has no such value")
+                problems.append(f"{enum}.{name}: TensorFlow has no such value")
             elif value.number != number:
-                problems.append(f"DataType.{name}: number {number}, TensorFlow's is {value.number}")
+                problems.append(f"{enum}.{name}: number {number}, TensorFlow's is {value.number}")
+    return problems
+
+
+def missing(messages) -> list[str]:
+    """Fields of TensorFlow's GraphDef, and of every message it reaches, that our schema leaves out."""
+    problems, seen, todo = [], set(), [tf_descriptor("message", "GraphDef")]
+    while todo:
+        descriptor = todo.pop()
+        if descriptor.full_name in seen:
+            continue
+        seen.add(descriptor.full_name)
+        ours = messages.get(our_path(descriptor))
+        if ours is None:
+            problems.append(f"{our_path(descriptor)}: the message is not in our schema")
+            continue
+        for field in descriptor.fields:
+            if field.name not in ours:
+                problems.append(f"{our_path(descriptor)}.{field.name}: not in our schema (decoding would drop it)")
+            target = field.message_type
+            if target is not None and target.GetOptions().map_entry:
+                target = target.fields_by_name["value"].message_type
+            if target is not None:
+                todo.append(target)
     return problems
 
 
@@ -131,9 +186,10 @@ def schema():
 
 def test_the_schema_names_what_the_passes_use(schema):
     messages, enums = schema
-    assert set(messages) == {"GraphDef", "NodeDef", "AttrValue", "AttrValue.ListValue"}
-    assert messages["NodeDef"]["attr"] == ("map<string, AttrValue>", False, 5)
-    assert messages["AttrValue.ListValue"]["i"] == ("int64", True, 3)
+    assert {"GraphDef", "NodeDef", "AttrValue", "AttrValue.ListValue", "FunctionDefLibrary", "TensorProto"} <= set(messages)
+    assert messages["NodeDef"]["attr"] == ("map<string, AttrValue>", "", 5)
+    assert messages["AttrValue.ListValue"]["i"] == ("int64", "repeated", 3)
+    assert messages["GraphDebugInfo.FileLineCol"]["line"] == ("int32", "optional", 2)
     assert {"DT_FLOAT", "DT_INT32", "DT_RESOURCE", "DT_VARIANT"} <= set(enums["DataType"])
 
 
@@ -141,18 +197,39 @@ def test_every_field_and_value_matches_the_wheel(schema):
     assert mismatches(*schema) == []
 
 
+def test_the_schema_is_complete(schema):
+    """Every field a GraphDef can hold in this TensorFlow is ours too."""
+    assert missing(schema[0]) == []
+
+
 @pytest.mark.parametrize(
     "edit, expected",
     [
         (("string op = 2;", "string op = 7;"), "NodeDef.op: number 7, TensorFlow's is 2"),
-        (("bytes s = 2;", "string s = 2;"), "AttrValue.s: type string, TensorFlow's is TYPE_BYTES"),
+        (("    bytes s = 2;", "    string s = 2;"), "AttrValue.s: type string, TensorFlow's is TYPE_BYTES"),
         (("DT_VARIANT = 21;", "DT_VARIANT = 22;"), "DataType.DT_VARIANT: number 22, TensorFlow's is 21"),
         (("repeated string input = 3;", "string input = 3;"), "NodeDef.input: repeated is False here, not in TensorFlow"),
         (("string device = 4;", "string placement = 4;"), "NodeDef.placement: TensorFlow has no such field"),
-        (("map<string, AttrValue> attr", "map<string, NodeDef> attr"), "NodeDef.attr: TensorFlow's field is not a map<string, NodeDef>"),
+        (("by name.\n  map<string, AttrValue> attr = 5;", "by name.\n  map<string, NodeDef> attr = 5;"), "NodeDef.attr: TensorFlow's field is not a map<string, NodeDef>"),
+        (("map<fixed64, FileLineCol>", "map<int64, FileLineCol>"), "GraphDebugInfo.frames_by_id: TensorFlow's field is not a map<int64, FileLineCol>"),
+        (("optional int32 line = 2;", "int32 line = 2;"), "GraphDebugInfo.FileLineCol.line: presence is False here, True in TensorFlow"),
+        (("float8_val = 18", "float9_val = 18"), "TensorProto.float9_val: TensorFlow has no such field"),
     ],
 )
 def test_a_wrong_schema_is_caught(edit, expected):
     text = SCHEMA.read_text(encoding="utf-8")
-    assert edit[0] in text
+    assert text.count(edit[0]) == 1
     assert expected in mismatches(*parse(text.replace(edit[0], edit[1])))
+
+
+@pytest.mark.parametrize(
+    "dropped, expected",
+    [
+        ("  bytes float8_val = 18;\n", "TensorProto.float8_val: not in our schema"),
+        ("  GraphDebugInfo debug_info = 5;\n", "GraphDef.debug_info: not in our schema"),
+    ],
+)
+def test_an_incomplete_schema_is_caught(dropped, expected):
+    text = SCHEMA.read_text(encoding="utf-8")
+    assert text.count(dropped) == 1
+    assert any(p.startswith(expected) for p in missing(parse(text.replace(dropped, ""))[0]))
