@@ -15,8 +15,11 @@
 //!   exists.
 //! - `tfwasm precompile GUEST.wasm… [--policy P]`: fills the compile cache
 //!   the plugin reads ([`precompile`]).
+//! - `tfwasm graph roundtrip IN.pb OUT.pb`: a GraphDef through tfwasm's
+//!   schema, as a pass guest sees it ([`graph`]).
 
 mod conformance;
+mod graph;
 mod info;
 mod precompile;
 
@@ -73,6 +76,18 @@ enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// Graphs, as pass guests see them.
+    Graph {
+        #[command(subcommand)]
+        command: GraphCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum GraphCommand {
+    /// Decode a serialized GraphDef with tfwasm's schema and encode it again
+    /// (map entries in key order): what a pass guest sees and answers.
+    Roundtrip { input: PathBuf, output: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -109,6 +124,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(if results.iter().all(|r| r.passed) { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Policy { command: PolicyCommand::Check { policy } } => Ok(check_policy(&policy)),
+        Command::Graph { command: GraphCommand::Roundtrip { input, output } } => {
+            let kept = graph::roundtrip(&input, &output)?;
+            println!(
+                "{}: {} nodes, {} functions, {} bytes in, {} bytes out",
+                output.display(),
+                kept.nodes,
+                kept.functions,
+                kept.bytes_in,
+                kept.bytes_out
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Precompile { mut guests, policy, cache_dir, json } => {
             if let Some(path) = policy {
                 let policy = Policy::load(&path).with_context(|| format!("policy {}", path.display()))?;

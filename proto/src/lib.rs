@@ -1,0 +1,25 @@
+//! # tfwasm-proto
+//!
+//! TensorFlow's graph wire format as prost messages, generated at build time
+//! from the project's own schema, `proto/graph.proto` (no `protoc` needed).
+//! The schema names every field TensorFlow 2.21 defines in a GraphDef and
+//! everything it reaches, so decoding and encoding a graph loses nothing;
+//! `tests/python/test_proto_schema.py` checks that against the wheel.
+//!
+//! Used by pass guests (compiled to wasm) to read and write the graphs they
+//! are given, and by the host to check what a guest answers.
+//!
+//! ```ignore
+//! use prost::Message;
+//! let graph = tfwasm_proto::graph::GraphDef::decode(bytes)?;
+//! let again = graph.encode_to_vec();
+//! ```
+
+pub use prost;
+
+/// The messages of package `tfwasm.graph`: [`graph::GraphDef`],
+/// [`graph::NodeDef`], [`graph::AttrValue`], [`graph::FunctionDefLibrary`] …
+pub mod graph {
+    #![allow(clippy::all)]
+    include!(concat!(env!("OUT_DIR"), "/tfwasm.graph.rs"));
+}
