@@ -37,6 +37,9 @@ pub mod variant_loops;
 pub mod wire;
 pub mod xla;
 
+#[cfg(test)]
+mod fuzz;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A GraphDef the pass cannot read.
