@@ -17,6 +17,8 @@
 //! - [`sandbox`]: the shared wasmtime `Engine`, one `Store` per guest
 //!   instance, memory caps, per-call epoch deadlines, trap recovery, the
 //!   compile cache.
+//! - [`passes`]: graph-optimizer passes as guests, and the checks of every
+//!   graph a pass answers.
 //! - [`policy`]: the serde manifest that says which guest runs with which
 //!   limits and capabilities.
 //! - [`pool`]: the rayon pool that compute and large copies run on.
@@ -32,6 +34,7 @@
 
 pub mod device;
 pub mod error;
+pub mod passes;
 pub mod policy;
 pub mod pool;
 pub mod sandbox;
