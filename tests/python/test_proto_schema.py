@@ -321,3 +321,18 @@ def test_a_round_trip_through_the_schema_is_lossless(source, tmp_path):
     if source == "every-kind":
         assert again.debug_info.frames_by_id[7].HasField("line"), "an explicit zero keeps its presence"
         assert again.node[0].experimental_type.type_id == 10001
+
+
+def test_the_op_registry_snapshot_is_this_tensorflows():
+    """``proto/ops``'s snapshot of the registry (what offline pass checks read)
+    is the installed TensorFlow's, with tfwasm's ops registered."""
+    import sys
+
+    sys.path.insert(0, str(REPO_ROOT / "proto" / "ops"))
+    import snapshot
+
+    version, live = snapshot.registry_snapshot()
+    kept = REPO_ROOT / "proto" / "ops" / f"tensorflow-{version}.oplist.pb"
+    if not kept.is_file():
+        pytest.skip(f"no snapshot for TensorFlow {version}; offline checks use {sorted(p.name for p in kept.parent.glob('*.pb'))}")
+    assert kept.read_bytes() == live, f"{kept.name} is stale: run .venv/bin/python proto/ops/snapshot.py"

@@ -10,5 +10,8 @@
 //!
 //! - [`validate`]: the checks of an answer, against an [`validate::OpCatalog`]
 //!   of what TensorFlow knows (its op registry, the device's kernels).
+//! - [`catalog`]: the device's kernel table, and the snapshot of
+//!   TensorFlow's registry that offline checks use.
 
+pub mod catalog;
 pub mod validate;

@@ -156,7 +156,11 @@ pub fn check_answer(
         {
             return Err(Refusal::Undeclared { node: node.name.clone(), op: node.op.clone() });
         }
-        if node.device.contains(&on_device) && !library.contains(node.op.as_str()) && !catalog.has_kernel(node) {
+        if node.device.contains(&on_device)
+            && !library.contains(node.op.as_str())
+            && !catalog.has_kernel(node)
+            && !placed_there_already(given, node, &on_device)
+        {
             return Err(Refusal::NoKernel {
                 node: node.name.clone(),
                 op: node.op.clone(),
@@ -165,6 +169,26 @@ pub fn check_answer(
         }
     }
     Ok(graph)
+}
+
+/// Whether TensorFlow itself placed a node of `node`'s op and types on the
+/// device in the given graph: then a kernel for them exists there, whether
+/// the device's own or one of TensorFlow's for every device.
+fn placed_there_already(given: &GraphDef, node: &NodeDef, on_device: &str) -> bool {
+    fn types(node: &NodeDef) -> Vec<(&str, i32)> {
+        let mut types: Vec<(&str, i32)> = node
+            .attr
+            .iter()
+            .filter_map(|(name, value)| match value.value {
+                Some(attr_value::Value::Type(dtype)) => Some((name.as_str(), dtype)),
+                _ => None,
+            })
+            .collect();
+        types.sort_unstable();
+        types
+    }
+    let wanted = types(node);
+    given.node.iter().any(|n| n.op == node.op && n.device.contains(on_device) && types(n) == wanted)
 }
 
 /// `name`, `name:port` or `^name` → the node and, for a data input, the port.
@@ -448,6 +472,15 @@ mod tests {
         no_kernel.node[0].device.clear();
         no_kernel.node[2].device = "/job:localhost/replica:0/task:0/device:WASM:0".into();
         assert!(check(&no_kernel, &[], &[]).is_ok(), "Add has one");
+
+        // A Const on the device already in the given graph: TensorFlow found a kernel for it.
+        let mut before = given();
+        before.node[1].device = "/job:localhost/replica:0/task:0/device:WASM:0".into();
+        let mut answer = before.clone();
+        answer.node.push(node("c", "Const", &[]));
+        answer.node.last_mut().unwrap().device = before.node[1].device.clone();
+        let expect = Expectations { device_type: "WASM", preserve: &[], emits: &[] };
+        assert!(check_answer(&before, &answer.encode_to_vec(), &expect, &Ops).is_ok());
     }
 
     #[test]
