@@ -101,13 +101,24 @@ impl Default for DeviceSection {
     }
 }
 
+/// What a guest may reach beyond the host interface. A guest that imports a
+/// WASI interface its policy does not grant is refused when it loads (see
+/// [`crate::sandbox::refused_import`]); the network is never granted.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Capabilities {
     #[serde(default)]
     pub stderr: bool,
+    /// Directories the guest may read (`wasi:filesystem`).
     #[serde(default)]
     pub preopens: Vec<Preopen>,
+    /// The host's wall and monotonic clocks (`wasi:clocks`). Without them a
+    /// guest has the host interface's `now-ns`, which is all a device needs.
+    #[serde(default)]
+    pub clocks: bool,
+    /// Random bytes (`wasi:random`), e.g. for a Rust `HashMap`'s seed.
+    #[serde(default)]
+    pub random: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -219,6 +230,7 @@ mod tests {
         assert!(policy.guest.path.ends_with("reference_device.wasm"));
         assert!(policy.capabilities.preopens.is_empty());
         assert!(!policy.capabilities.stderr);
+        assert!(!policy.capabilities.clocks && !policy.capabilities.random);
     }
 
     #[test]

@@ -30,13 +30,23 @@ use parking_lot::Mutex;
 use crate::error::Error;
 use crate::policy::Policy;
 use crate::sandbox::{
-    DeviceConfig, DeviceError, DeviceInfo, EventStatus, GuestInstance, GuestProgram, Ticket, Usage, WorkKind,
+    guest_text, DeviceConfig, DeviceError, DeviceInfo, EventStatus, GuestInstance, GuestProgram, Ticket, Usage,
+    WorkKind,
 };
 pub use arena::{DeviceArena, Pages, ALIGNMENT};
 pub use streams::{copy_bytes, SendPtr, StreamQueue, WorkFn};
 
 /// How many times a device replaces a faulty guest instance before giving up.
 pub const MAX_REPLACEMENTS: u32 = 8;
+
+/// How far one ticket may move its stream's seq on. The contract only asks
+/// for an increase, but a guest that jumped to near 2^64 would leave the host
+/// no room to number the work it orders itself after replacing the guest
+/// (the seq would wrap, and every wait on the stream would then pass at once).
+pub const MAX_SEQ_STEP: u64 = 1 << 32;
+
+/// Characters of a guest's refusal message that reach a log line or an error.
+const MAX_REASON_CHARS: usize = 1024;
 
 /// Copies and fills up to this size run on the calling thread when their
 /// stream is idle (see [`StreamQueue::run_if_idle`]): a few tens of µs of
@@ -147,6 +157,8 @@ struct TimerRecord {
 struct GuestSlot {
     instance: Option<GuestInstance>,
     replacements: u32,
+    /// The fault behind the latest replacement.
+    last_fault: Option<Error>,
     disabled: Option<String>,
     streams: HashMap<Handle, StreamRecord>,
     events: HashMap<Handle, EventRecord>,
@@ -239,6 +251,7 @@ impl Device {
             slot: Mutex::new(GuestSlot {
                 instance: Some(instance),
                 replacements: 0,
+                last_fault: None,
                 disabled: None,
                 streams: HashMap::new(),
                 events: HashMap::new(),
@@ -282,6 +295,13 @@ impl Device {
     /// How many times the guest instance was replaced after a fault.
     pub fn replacements(&self) -> u32 {
         self.slot.lock().replacements
+    }
+
+    /// The fault that led to the latest replacement: what the log said, for
+    /// tools and tests (faults in calls TensorFlow does not wait on, such as
+    /// `streams.complete`, reach no caller).
+    pub fn last_fault(&self) -> Option<Error> {
+        self.slot.lock().last_fault.clone()
     }
 
     fn new_handle(&self) -> Handle {
@@ -549,7 +569,8 @@ impl Device {
                 g.tfwasm_device_streams().call_stream_status(s, id)
             }) {
                 if host.is_none() {
-                    tracing::warn!("{}: reports stream {handle:#x} failed: {guest_message}", self.guest());
+                    let message = guest_text(&guest_message, MAX_REASON_CHARS);
+                    tracing::warn!("{}: reports stream {handle:#x} failed: {message}", self.guest());
                 }
             }
         }
@@ -858,7 +879,13 @@ impl Device {
         if ticket.seq <= last {
             return Err(format!("seq {} does not follow the stream's last seq {last} (bad seq)", ticket.seq));
         }
-        let mut after = Vec::with_capacity(ticket.after.len());
+        if ticket.seq - last > MAX_SEQ_STEP {
+            return Err(format!(
+                "seq {} jumps more than {MAX_SEQ_STEP} past the stream's last seq {last} (bad seq)",
+                ticket.seq
+            ));
+        }
+        let mut after: Vec<(Arc<StreamQueue>, u64)> = Vec::new();
         for dep in &ticket.after {
             let other = slot
                 .streams
@@ -879,7 +906,13 @@ impl Device {
                     dep.seq, dep.stream
                 ));
             }
-            after.push((other, dep.seq));
+            // One wait per stream, on its latest seq: the others are implied,
+            // and a guest that repeats a dependency a million times must not
+            // make the host keep a million of them per piece of work.
+            match after.iter_mut().find(|(q, _)| Arc::ptr_eq(q, &other)) {
+                Some((_, seq)) => *seq = (*seq).max(dep.seq),
+                None => after.push((other, dep.seq)),
+            }
         }
         for (queue, seq) in required {
             let honoured = queue.completed() >= *seq || after.iter().any(|(q, s)| Arc::ptr_eq(q, queue) && s >= seq);
@@ -966,6 +999,7 @@ impl Device {
             record.guest_id = None;
         }
         slot.replacements += 1;
+        slot.last_fault = Some(fault.clone());
         if slot.replacements > MAX_REPLACEMENTS {
             let reason = format!(
                 "{} failed {} times; last: {fault}. Fix the guest or its policy and restart the process",
@@ -1005,8 +1039,8 @@ impl Device {
         let reason = match error {
             DeviceError::OutOfMemory(n) => format!("out of memory for {n} bytes"),
             DeviceError::UnknownHandle(h) => format!("unknown handle {h}"),
-            DeviceError::InvalidArgument(m) => format!("invalid argument: {m}"),
-            DeviceError::Internal(m) => m,
+            DeviceError::InvalidArgument(m) => format!("invalid argument: {}", guest_text(&m, MAX_REASON_CHARS)),
+            DeviceError::Internal(m) => guest_text(&m, MAX_REASON_CHARS),
         };
         Error::GuestRefused { guest: self.guest().to_owned(), call: call.to_owned(), reason }
     }
@@ -1029,7 +1063,10 @@ fn init_instance(instance: &mut GuestInstance, config: &DeviceConfig) -> Result<
     let guest = instance.label().to_owned();
     let info = instance
         .with_bindings("identity.init", |g, s| g.tfwasm_device_identity().call_init(s, config))?
-        .map_err(|reason| Error::GuestLoad { guest: guest.clone(), reason: format!("init refused: {reason}") })?;
+        .map_err(|reason| Error::GuestLoad {
+            guest: guest.clone(),
+            reason: format!("init refused: {}", guest_text(&reason, MAX_REASON_CHARS)),
+        })?;
     let invalid = |reason: String| Error::GuestInvalid { guest: guest.clone(), call: "identity.init".into(), reason };
     for (field, value) in
         [("hardware-name", &info.hardware_name), ("vendor", &info.vendor), ("pci-bus-id", &info.pci_bus_id)]

@@ -16,12 +16,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::component::{HasSelf, Linker, ResourceTable, ResourceTableError};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, Trap, WasmBacktrace};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::error::Error;
-use crate::policy::Policy;
+use crate::policy::{Capabilities, Policy};
 
 pub mod cache;
 
@@ -36,6 +36,22 @@ pub use exports::tfwasm::device::streams::{Dependency, EventState as EventStatus
 
 /// Length of one epoch tick: the granularity of call deadlines.
 const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// The version of the `tfwasm:device` package this host speaks.
+pub const DEVICE_WIT_VERSION: &str = "0.1.0";
+
+/// WASI resources (streams, pollables, descriptors) one instance may hold at
+/// once. Each is host memory outside the guest's `limits.memory-bytes`: a
+/// guest that never drops them reached wasmtime's own cap of 100,000 handles
+/// per store holding ~8 MB of the host's (measured). A device guest needs a
+/// handful.
+pub const MAX_GUEST_RESOURCES: usize = 4096;
+
+/// Elements one table of a guest may grow to.
+pub const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// Characters of a guest's log line the host passes on.
+const MAX_LOG_CHARS: usize = 4096;
 
 /// Guest calls in progress, and calls ever started, process-wide. The epoch
 /// ticker parks after `IDLE_TICKS` without a call and is woken by the next
@@ -145,6 +161,7 @@ struct GuestLimits {
     inner: StoreLimits,
     memory_cap: usize,
     refused_growth: Option<usize>,
+    refused_table_growth: Option<usize>,
 }
 
 impl ResourceLimiter for GuestLimits {
@@ -157,7 +174,11 @@ impl ResourceLimiter for GuestLimits {
     }
 
     fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
-        self.inner.table_growing(current, desired, maximum)
+        let allowed = self.inner.table_growing(current, desired, maximum)?;
+        if !allowed {
+            self.refused_table_growth = Some(desired);
+        }
+        Ok(allowed)
     }
 
     fn instances(&self) -> usize {
@@ -182,8 +203,8 @@ impl WasiView for GuestState {
 impl self::tfwasm::device::host::Host for GuestState {
     fn log(&mut self, level: self::tfwasm::device::host::LogLevel, message: String) {
         use self::tfwasm::device::host::LogLevel;
-        // Guests cannot flood the log with megabyte lines.
-        let message: String = message.chars().take(4096).collect();
+        // Guests can neither flood the log nor forge lines in it.
+        let message = guest_text(&message, MAX_LOG_CHARS);
         let guest = &*self.guest;
         match level {
             LogLevel::Trace => tracing::trace!("{guest}: {message}"),
@@ -251,6 +272,15 @@ impl GuestProgram {
                 e
             ))
         })?;
+        let ty = component.component_type();
+        let imports: Vec<&str> = ty.imports(engine).map(|(name, _)| name).collect();
+        let exports: Vec<&str> = ty.exports(engine).map(|(name, _)| name).collect();
+        if let Some(reason) = other_device_version(imports.iter().chain(&exports)) {
+            return Err(load_err(reason));
+        }
+        if let Some(reason) = refused_imports(&imports, &policy.capabilities) {
+            return Err(load_err(reason));
+        }
         let mut linker = Linker::<GuestState>::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| Error::Internal(format!("cannot link WASI: {e:#}")))?;
@@ -259,8 +289,8 @@ impl GuestProgram {
         let instance_pre = linker
             .instantiate_pre(&component)
             .map_err(|e| load_err(format!("its imports do not match what tfwasm provides: {e:#}")))?;
-        let pre = DevicePre::new(instance_pre)
-            .map_err(|e| load_err(format!("it does not export the `tfwasm:device/device@0.1.0` world: {e:#}")))?;
+        let pre =
+            DevicePre::new(instance_pre).map_err(|e| load_err(format!("{} ({e:#})", missing_exports(&exports))))?;
         let how = if cached { "loaded from the compile cache" } else { "compiled" };
         tracing::info!("{label}: {how} and linked in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
         Ok(Arc::new(GuestProgram { label: label.into(), policy: policy.clone(), pre }))
@@ -291,15 +321,18 @@ impl GuestProgram {
         let limits = GuestLimits {
             inner: StoreLimitsBuilder::new()
                 .memory_size(memory_cap)
-                .table_elements(100_000)
+                .table_elements(MAX_TABLE_ELEMENTS)
                 .instances(32)
                 .tables(32)
                 .memories(8)
                 .build(),
             memory_cap,
             refused_growth: None,
+            refused_table_growth: None,
         };
-        let state = GuestState { guest: self.label.clone(), wasi: wasi.build(), table: ResourceTable::new(), limits };
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_GUEST_RESOURCES);
+        let state = GuestState { guest: self.label.clone(), wasi: wasi.build(), table, limits };
         let mut store = Store::new(engine, state);
         store.limiter(|state| &mut state.limits);
         store.epoch_deadline_trap();
@@ -390,6 +423,12 @@ impl GuestInstance {
                                 limits.memory_cap
                             ));
                         }
+                        if let Some(desired) = limits.refused_table_growth {
+                            reason.push_str(&format!(
+                                "; before it, the guest asked to grow a table to {desired} elements, past the host's cap \
+                                 of {MAX_TABLE_ELEMENTS}"
+                            ));
+                        }
                         Error::GuestTrap { guest, call: call.to_owned(), reason }
                     }
                 };
@@ -414,10 +453,16 @@ impl GuestInstance {
 
 /// `wasm trap: ... (hint) in function F` from a wasmtime error.
 fn describe_trap(trap: Option<Trap>, error: &wasmtime::Error) -> String {
+    if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return format!("the guest called exit({}) (WASI cli/exit); a device guest answers, it does not exit", exit.0);
+    }
     let mut reason = match trap {
         Some(trap) => trap.to_string(),
-        None => error.root_cause().to_string(),
+        None => guest_text(&error.root_cause().to_string(), 1024),
     };
+    if matches!(error.root_cause().downcast_ref::<ResourceTableError>(), Some(ResourceTableError::Full)) {
+        reason.push_str(&format!(" (the guest holds more than {MAX_GUEST_RESOURCES} WASI resources at once)"));
+    }
     reason.push_str(match trap {
         Some(Trap::UnreachableCodeReached) => " (a Rust guest panicked, aborted or hit `unreachable`)",
         Some(Trap::MemoryOutOfBounds) => " (out-of-bounds memory access)",
@@ -440,7 +485,209 @@ fn describe_trap(trap: Option<Trap>, error: &wasmtime::Error) -> String {
             .find(|name| !runtime(name))
     });
     if let Some(function) = frame {
-        reason.push_str(&format!(" in `{function}`"));
+        // A function's name comes from the guest's name section: its text.
+        reason.push_str(&format!(" in `{}`", guest_text(&function, 256)));
     }
     reason
+}
+
+/// A guest's text as the host passes it on (log lines, refusal reasons, its
+/// function names): at most `limit` characters, with control and bidi
+/// characters escaped, so a guest can neither flood the log nor forge lines
+/// in it (a newline, a carriage return or a terminal escape would let it
+/// pose as the host or as another guest).
+pub fn guest_text(text: &str, limit: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(limit) + 32);
+    let mut chars = text.chars();
+    for c in chars.by_ref().take(limit) {
+        if c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    if chars.next().is_some() {
+        out.push_str(&format!("… ({} bytes in all)", text.len()));
+    }
+    out
+}
+
+/// `wasi:random/random@0.2.6` → (`wasi:random`, `Some("0.2.6")`).
+fn package_of(name: &str) -> (&str, Option<&str>) {
+    let (path, version) = match name.split_once('@') {
+        Some((path, version)) => (path, Some(version)),
+        None => (name, None),
+    };
+    (path.split('/').next().unwrap_or(path), version)
+}
+
+/// The message for a guest built against a `tfwasm:device` this host does
+/// not speak (imported or exported, at a version the linker would not match
+/// with [`DEVICE_WIT_VERSION`]), if it is one.
+fn other_device_version<'a>(names: impl Iterator<Item = &'a &'a str>) -> Option<String> {
+    let others: std::collections::BTreeSet<String> = names
+        .map(|name| package_of(name))
+        .filter(|(package, _)| *package == "tfwasm:device")
+        .filter(|(_, version)| !version.is_some_and(|v| semver_compatible(v, DEVICE_WIT_VERSION)))
+        .map(|(package, version)| version.map_or_else(|| package.to_owned(), |v| format!("{package}@{v}")))
+        .collect();
+    if others.is_empty() {
+        return None;
+    }
+    let others: Vec<String> = others.into_iter().collect();
+    Some(format!(
+        "it is built against {}, but this host speaks tfwasm:device@{DEVICE_WIT_VERSION}: rebuild it against this \
+         release's wit/device",
+        others.join(" and ")
+    ))
+}
+
+/// Why the policy refuses the WASI import `name` (`wasi:random/random@0.2.6`),
+/// or `None` when it grants it.
+///
+/// Always granted: WASI's streams and command-line interfaces, which give a
+/// guest nothing here (no arguments, no environment, an empty stdin, output
+/// discarded unless `capabilities.stderr`); Rust's standard library imports
+/// them. Files need a preopened directory, clocks and randomness their
+/// capability. Sockets, and anything tfwasm does not provide, never.
+pub fn refused_import(name: &str, capabilities: &Capabilities) -> Option<&'static str> {
+    match package_of(name).0 {
+        "tfwasm:device" | "wasi:io" | "wasi:cli" => None,
+        "wasi:filesystem" if !capabilities.preopens.is_empty() => None,
+        "wasi:filesystem" => Some("files: the policy preopens no directory (capabilities.preopens)"),
+        "wasi:clocks" if capabilities.clocks => None,
+        "wasi:clocks" => {
+            Some("clocks: not granted (capabilities.clocks = true grants them; the host's now-ns needs no grant)")
+        }
+        "wasi:random" if capabilities.random => None,
+        "wasi:random" => Some("randomness: not granted (capabilities.random = true grants it)"),
+        "wasi:sockets" | "wasi:http" => Some("the network: tfwasm never grants it"),
+        _ => Some("tfwasm does not provide it"),
+    }
+}
+
+/// The message for a guest with imports its policy refuses, if it has any:
+/// each reason once, with the imports it covers.
+fn refused_imports(imports: &[&str], capabilities: &Capabilities) -> Option<String> {
+    let mut refused: Vec<(&str, Vec<&str>)> = Vec::new();
+    for &name in imports {
+        if let Some(why) = refused_import(name, capabilities) {
+            match refused.iter_mut().find(|(reason, _)| *reason == why) {
+                Some((_, names)) => names.push(name),
+                None => refused.push((why, vec![name])),
+            }
+        }
+    }
+    if refused.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = refused.iter().map(|(why, names)| format!("{} ({why})", names.join(", "))).collect();
+    Some(format!("it imports what its policy does not grant: {}", parts.join("; ")))
+}
+
+/// Whether an import of `wanted` is served by `provided`: the same major
+/// version, or for 0.x the same minor (wasmtime's linker rule).
+fn semver_compatible(wanted: &str, provided: &str) -> bool {
+    let parts = |v: &str| -> Option<(u64, u64)> {
+        let mut numbers = v.split(['.', '-', '+']).map(|p| p.parse::<u64>().ok());
+        Some((numbers.next()??, numbers.next()??))
+    };
+    match (parts(wanted), parts(provided)) {
+        (Some((0, a)), Some((0, b))) => a == b,
+        (Some((a, _)), Some((b, _))) => a == b,
+        _ => false,
+    }
+}
+
+/// Which of the device world's interfaces a component with these exports lacks.
+fn missing_exports(exports: &[&str]) -> String {
+    let wanted = ["identity", "memory", "streams"].map(|i| format!("tfwasm:device/{i}@{DEVICE_WIT_VERSION}"));
+    let missing: Vec<&str> = wanted.iter().filter(|w| !exports.contains(&w.as_str())).map(String::as_str).collect();
+    if missing.is_empty() {
+        format!("it does not export the `tfwasm:device/device@{DEVICE_WIT_VERSION}` world")
+    } else {
+        format!("it does not export {} (a device guest exports identity, memory and streams)", missing.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Preopen;
+
+    #[test]
+    fn guest_text_cannot_forge_or_flood_the_log() {
+        let forged = "ok\ntfwasm: guest 'other' (other.wasm): fine\r\x1b[2J\u{202e}";
+        let text = guest_text(forged, 4096);
+        assert!(!text.chars().any(|c| c.is_control() || c == '\u{202e}'), "{text:?}");
+        assert!(text.contains("ok\\ntfwasm: guest 'other'") && text.contains("\\u{1b}"), "{text:?}");
+        let flood = "é".repeat(100_000);
+        let text = guest_text(&flood, 100);
+        assert!(text.starts_with(&"é".repeat(100)) && text.ends_with("(200000 bytes in all)"), "{text}");
+        assert_eq!(guest_text("plain words, ünïcode", 100), "plain words, ünïcode");
+    }
+
+    #[test]
+    fn imports_are_granted_by_the_policy_only() {
+        let none = Capabilities::default();
+        for granted in ["tfwasm:device/host@0.1.0", "wasi:io/streams@0.2.6", "wasi:cli/exit@0.2.0"] {
+            assert_eq!(refused_import(granted, &none), None, "{granted}");
+        }
+        let cases = [
+            ("wasi:filesystem/preopens@0.2.6", "capabilities.preopens"),
+            ("wasi:clocks/wall-clock@0.2.6", "capabilities.clocks"),
+            ("wasi:random/random@0.2.6", "capabilities.random"),
+            ("wasi:sockets/tcp@0.2.6", "network"),
+            ("wasi:http/outgoing-handler@0.2.6", "network"),
+            ("acme:gpu/driver@1.0.0", "does not provide"),
+        ];
+        for (name, why) in cases {
+            let reason = refused_import(name, &none).unwrap_or_else(|| panic!("{name} was granted"));
+            assert!(reason.contains(why), "{name}: {reason}");
+        }
+        let all = Capabilities {
+            stderr: true,
+            preopens: vec![Preopen { host: ".".into(), guest: "/data".into() }],
+            clocks: true,
+            random: true,
+        };
+        for granted in
+            ["wasi:filesystem/types@0.2.6", "wasi:clocks/monotonic-clock@0.2.0", "wasi:random/insecure@0.2.6"]
+        {
+            assert_eq!(refused_import(granted, &all), None, "{granted}");
+        }
+        assert!(refused_import("wasi:sockets/udp@0.2.6", &all).is_some(), "the network is never granted");
+        // One reason, every import it covers.
+        let message =
+            refused_imports(&["wasi:io/error@0.2.6", "wasi:sockets/network@0.2.6", "wasi:sockets/tcp@0.2.6"], &all)
+                .expect("sockets are refused");
+        assert_eq!(
+            message,
+            "it imports what its policy does not grant: wasi:sockets/network@0.2.6, wasi:sockets/tcp@0.2.6 \
+             (the network: tfwasm never grants it)"
+        );
+        assert_eq!(refused_imports(&["wasi:io/error@0.2.6", "tfwasm:device/host@0.1.0"], &none), None);
+    }
+
+    #[test]
+    fn another_device_version_is_named() {
+        let names = ["tfwasm:device/types@9.0.0", "wasi:io/error@0.2.6", "tfwasm:device/identity@9.0.0"];
+        let reason = other_device_version(names.iter()).expect("9.0.0 is not 0.1.0");
+        assert!(
+            reason.contains("built against tfwasm:device@9.0.0, but this host speaks tfwasm:device@0.1.0"),
+            "{reason}"
+        );
+        let reason = other_device_version(["tfwasm:device/host@0.2.0", "tfwasm:device/host"].iter()).unwrap();
+        assert!(reason.contains("tfwasm:device and tfwasm:device@0.2.0"), "{reason}");
+        assert_eq!(other_device_version(["tfwasm:device/host@0.1.3", "tfwasm:device/memory@0.1.0"].iter()), None);
+    }
+
+    #[test]
+    fn a_missing_export_is_named() {
+        let reason = missing_exports(&["tfwasm:device/identity@0.1.0", "tfwasm:device/memory@0.1.0"]);
+        assert!(reason.contains("does not export tfwasm:device/streams@0.1.0"), "{reason}");
+        assert!(!reason.contains("memory@"), "{reason}");
+        let reason = missing_exports(&[]);
+        assert!(reason.contains("identity@0.1.0, tfwasm:device/memory@0.1.0, tfwasm:device/streams@0.1.0"), "{reason}");
+    }
 }
