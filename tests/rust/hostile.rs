@@ -256,3 +256,570 @@ fn a_pinned_digest_admits_only_that_guest() {
     swapped.guest.sha256 = Some("abc".into());
     assert!(swapped.validate().unwrap_err().contains("64 hex digits"));
 }
+
+// ------------------------------------------------------------------------
+// The rest of the suite: an endless loop in every export, slow answers,
+// stacks that run out, exits, floods of text, lies about sequence numbers
+// and timers, and the hand-written WAT guests of guest/hostile-wat.
+
+/// The latest fault of `device`, which must name its guest.
+fn fault_of(device: &tfwasm::device::Device) -> Error {
+    let fault = device.last_fault().expect("the device recorded a fault");
+    let message = fault.to_string();
+    assert!(message.starts_with(&format!("tfwasm: {}: ", device.guest())), "{message}");
+    fault
+}
+
+/// A device of the hostile guest with `options`, a `deadline_ms` per call
+/// and nothing recycled, so every free reaches the guest.
+fn hostile_with(options: &[(&str, &str)], deadline_ms: u64) -> Arc<tfwasm::device::Device> {
+    let mut policy = policy("hostile-device", hostile_guest(), 16 << 20, options);
+    policy.limits.call_deadline_ms = deadline_ms;
+    policy.device.recycle_bytes = 0;
+    device(&policy)
+}
+
+/// Makes the device call `export` (its WIT name) the way TensorFlow would.
+fn reach(device: &Arc<tfwasm::device::Device>, export: &str) {
+    let work = || -> tfwasm::device::WorkFn { Box::new(|| Ok(())) };
+    match export {
+        "allocate" => drop(device.allocate(64)),
+        "free" => {
+            // The first allocation is honest (`after = 1`).
+            let p = device.allocate(64).unwrap();
+            device.deallocate(p).unwrap();
+        }
+        "usage" => drop(device.usage()),
+        "create-stream" | "create-event" | "create-timer" => match export {
+            "create-stream" => drop(device.create_stream().unwrap()),
+            "create-event" => drop(device.create_event().unwrap()),
+            _ => drop(device.create_timer().unwrap()),
+        },
+        "destroy-stream" => device.destroy_stream(device.create_stream().unwrap()),
+        "destroy-event" => device.destroy_event(device.create_event().unwrap()),
+        "destroy-timer" => device.destroy_timer(device.create_timer().unwrap()),
+        // A small copy on an idle stream runs at once; its completion is reported.
+        "submit" | "complete" => {
+            let s = device.create_stream().unwrap();
+            device.submit(s, WorkKind::CopyHostToDevice, work(), Some(8)).unwrap();
+            device.block_until_done(s).unwrap();
+        }
+        "add-dependency" => {
+            let (a, b) = (device.create_stream().unwrap(), device.create_stream().unwrap());
+            device.add_dependency(b, a, device.stream_queue(a).unwrap()).unwrap();
+        }
+        "stream-status" => drop(device.stream_status(device.create_stream().unwrap())),
+        "record-event" | "wait-event" | "event-status" => {
+            let s = device.create_stream().unwrap();
+            let e = device.create_event().unwrap();
+            device.record_event(s, e).unwrap();
+            device.wait_for_event(s, e).unwrap();
+            device.event_status(e).unwrap();
+        }
+        "mark-timer" | "timer-elapsed" => {
+            let s = device.create_stream().unwrap();
+            let t = device.create_timer().unwrap();
+            device.mark_timer(s, t, true).unwrap();
+            device.mark_timer(s, t, false).unwrap();
+            device.synchronize_all();
+            device.timer_nanoseconds(t).unwrap();
+        }
+        other => panic!("no way to reach export {other}"),
+    }
+}
+
+#[test]
+fn an_endless_loop_in_any_export_is_stopped_at_the_deadline() {
+    let exports = [
+        ("usage", "memory.usage"),
+        ("free", "memory.free"),
+        ("create-stream", "streams.create-stream"),
+        ("destroy-stream", "streams.destroy-stream"),
+        ("submit", "streams.submit"),
+        ("complete", "streams.complete"),
+        ("add-dependency", "streams.add-dependency"),
+        ("stream-status", "streams.stream-status"),
+        ("create-event", "streams.create-event"),
+        ("destroy-event", "streams.destroy-event"),
+        ("record-event", "streams.record-event"),
+        ("wait-event", "streams.wait-event"),
+        ("event-status", "streams.event-status"),
+        ("create-timer", "streams.create-timer"),
+        ("destroy-timer", "streams.destroy-timer"),
+        ("mark-timer", "streams.mark-timer"),
+        ("timer-elapsed", "streams.timer-elapsed"),
+    ];
+    for (export, call) in exports {
+        let mode = format!("loop-on-{export}");
+        let device = hostile_with(&[("mode", &mode), ("after", "1")], 10);
+        let started = std::time::Instant::now();
+        reach(&device, export);
+        assert!(started.elapsed().as_secs() < 5, "{mode}: took {:?}", started.elapsed());
+        let fault = fault_of(&device);
+        assert!(matches!(&fault, Error::GuestTimeout { call: c, deadline_ms: 10, .. } if c == call), "{mode}: {fault}");
+        assert!(fault.to_string().contains("deadline"), "{mode}: {fault}");
+        // The replacement loops too: the device still answers, host-managed
+        // or with an error, and never hangs.
+        assert!(device.replacements() >= 1 && device.disabled().is_none(), "{mode}");
+        let p = device.allocate(64).expect("allocation is honest in this mode");
+        device.deallocate(p).unwrap();
+    }
+}
+
+#[test]
+fn an_endless_init_or_adopt_costs_the_device_not_the_process() {
+    let mut looping = policy("hostile-device", hostile_guest(), 16 << 20, &[("mode", "loop-on-init")]);
+    looping.limits.call_deadline_ms = 10;
+    let err = start_error(&looping);
+    assert!(matches!(&err, Error::GuestTimeout { call, .. } if call == "identity.init"), "{err}");
+    assert_names_guest(&err);
+    // adopt runs only in a replacement: trap first, then loop while adopting.
+    let device = hostile_with(&[("mode", "trap-on-allocate, loop-on-adopt"), ("after", "1")], 10);
+    let _live = device.allocate(64).unwrap();
+    assert!(matches!(device.allocate(64).unwrap_err(), Error::GuestTrap { .. }));
+    let reason = device.disabled().expect("a replacement that cannot adopt disables the device");
+    assert!(reason.contains("memory.adopt") && reason.contains("deadline"), "{reason}");
+    assert!(matches!(device.allocate(64).unwrap_err(), Error::DeviceDisabled { .. }));
+}
+
+#[test]
+fn slow_but_legal_answers_are_not_faults() {
+    let device = hostile_with(&[("mode", "slow"), ("delay-ms", "15")], 200);
+    let started = std::time::Instant::now();
+    let ptrs: Vec<_> = (0..4).map(|_| device.allocate(1000).unwrap()).collect();
+    assert!(started.elapsed() >= std::time::Duration::from_millis(60), "{:?}", started.elapsed());
+    for p in ptrs {
+        device.deallocate(p).unwrap();
+    }
+    let s = device.create_stream().unwrap();
+    device.submit(s, WorkKind::Memset, Box::new(|| Ok(())), Some(8)).unwrap();
+    device.block_until_done(s).unwrap();
+    assert_eq!(device.replacements(), 0, "slow answers within the deadline are legal");
+    // Slower than the deadline: stopped like a loop, from init on.
+    let mut slower = policy("hostile-device", hostile_guest(), 16 << 20, &[("mode", "slow"), ("delay-ms", "80")]);
+    slower.limits.call_deadline_ms = 20;
+    let err = start_error(&slower);
+    assert!(matches!(&err, Error::GuestTimeout { call, .. } if call == "identity.init"), "{err}");
+}
+
+#[test]
+fn a_guest_whose_own_stack_runs_out_traps() {
+    faults_then_recovers(
+        "deep-recursion",
+        |e| matches!(e, Error::GuestTrap { reason, .. } if reason.contains("out-of-bounds") || reason.contains("stack overflow")),
+    );
+}
+
+#[test]
+fn exit_ends_the_call_not_the_process() {
+    // WASI's exit carries success or failure only: exit(3) arrives as exit(1).
+    faults_then_recovers("exit", |e| matches!(e, Error::GuestTrap { reason, .. } if reason.contains("called exit(1)")));
+}
+
+#[test]
+fn offsets_that_wrap_past_2_to_the_64_are_rejected() {
+    faults_then_recovers(
+        "offset-overflow",
+        |e| matches!(e, Error::GuestInvalid { reason, .. } if reason.contains("out of bounds")),
+    );
+}
+
+#[test]
+fn a_flood_of_text_in_a_refusal_is_cut_and_defused() {
+    let device = hostile_device("huge-refusal", 0);
+    let err = device.allocate(64).unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, Error::GuestRefused { .. }), "{message:.300}");
+    assert_names_guest(&err);
+    assert!(message.len() < 4096, "a 4 MiB refusal reached the error: {} bytes", message.len());
+    assert!(!message.contains('\n') && !message.contains('\x1b') && !message.contains('\r'), "{message:?}");
+    assert!(message.contains("bytes in all"), "{message}");
+    assert_eq!(device.replacements(), 0, "a refusal is an answer, not a fault");
+}
+
+#[test]
+fn a_huge_hardware_name_refuses_the_device() {
+    let err = start_error(&policy("hostile-device", hostile_guest(), 1 << 20, &[("mode", "huge-name")]));
+    assert!(matches!(&err, Error::GuestInvalid { reason, .. } if reason.contains("at most 256 bytes")), "{err}");
+    assert_names_guest(&err);
+}
+
+/// What the runtime logs while `body` runs on this thread.
+fn logged(body: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<parking_lot::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .without_time()
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    tracing::subscriber::with_default(subscriber, body);
+    let bytes = buffer.0.lock().clone();
+    String::from_utf8(bytes).unwrap()
+}
+
+#[test]
+fn a_guest_cannot_forge_lines_in_the_log() {
+    let log = logged(|| drop(hostile_device("log-forgery", 0)));
+    let line = log.lines().find(|l| l.contains("starting")).unwrap_or_else(|| panic!("the warning is logged:\n{log}"));
+    assert!(line.contains("hostile-device") && line.contains("starting\\ntfwasm: guest 'reference-device'"), "{line}");
+    assert!(!log.contains('\x1b') && !log.contains('\r'), "{log:?}");
+    assert!(!log.lines().any(|l| l.trim_start().starts_with("tfwasm: guest 'reference-device'")), "{log}");
+}
+
+#[test]
+fn sequence_numbers_that_jump_to_the_end_are_refused() {
+    stream_lie_is_survived("seq-jump");
+    let device = hostile_device("seq-jump", 0);
+    reach(&device, "submit");
+    let fault = fault_of(&device);
+    assert!(matches!(&fault, Error::GuestInvalid { reason, .. } if reason.contains("jumps")), "{fault}");
+    // The host numbers the stream on from where it was, in order.
+    let s = device.create_stream().unwrap();
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    for i in 0..5 {
+        let order = order.clone();
+        let work = Box::new(move || {
+            order.lock().push(i);
+            Ok(())
+        });
+        device.submit(s, WorkKind::HostCallback, work, None).unwrap();
+    }
+    device.block_until_done(s).unwrap();
+    assert_eq!(*order.lock(), vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn a_ticket_with_200000_dependencies_is_legal_and_ordered() {
+    let device = hostile_device("huge-ticket", 0);
+    let (a, b) = (device.create_stream().unwrap(), device.create_stream().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let done_a = Arc::new(AtomicBool::new(false));
+    let flag = done_a.clone();
+    let blocked = Box::new(move || {
+        rx.recv().map_err(|e| e.to_string())?;
+        flag.store(true, Ordering::SeqCst);
+        Ok(())
+    });
+    device.submit(a, WorkKind::CopyHostToDevice, blocked, None).unwrap();
+    device.add_dependency(b, a, device.stream_queue(a).unwrap()).unwrap();
+    let saw = Arc::new(AtomicBool::new(false));
+    for _ in 0..20 {
+        let (seen, saw) = (done_a.clone(), saw.clone());
+        let work = Box::new(move || {
+            saw.store(seen.load(Ordering::SeqCst), Ordering::SeqCst);
+            Ok(())
+        });
+        device.submit(b, WorkKind::HostCallback, work, None).unwrap();
+    }
+    tx.send(()).unwrap();
+    device.synchronize_all();
+    assert!(saw.load(Ordering::SeqCst), "b's work ran before a's");
+    assert_eq!(device.replacements(), 0, "redundant dependencies are legal");
+}
+
+#[test]
+fn a_timer_reported_before_it_ran_is_refused() {
+    let device = hostile_device("lie-timer-elapsed", 0);
+    let s = device.create_stream().unwrap();
+    let t = device.create_timer().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    device.submit(s, WorkKind::HostCallback, Box::new(move || rx.recv().map_err(|e| e.to_string())), None).unwrap();
+    device.mark_timer(s, t, true).unwrap();
+    device.mark_timer(s, t, false).unwrap();
+    assert_eq!(device.timer_nanoseconds(t).unwrap(), 0, "the host's truth: not run yet");
+    let fault = fault_of(&device);
+    assert!(
+        matches!(&fault, Error::GuestInvalid { reason, .. } if reason.contains("before both timer markers")),
+        "{fault}"
+    );
+    tx.send(()).unwrap();
+    device.synchronize_all();
+}
+
+// ---------------------------------------------------------------- WAT guests
+
+/// A component built by guest/hostile-wat/build.sh.
+fn wat_guest(kind: &str) -> std::path::PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace().join("target"), Into::into);
+    let path = target.join("wasm32-wasip2/guest/hostile").join(format!("{kind}.wasm"));
+    assert!(path.is_file(), "{} is not built: bash guest/hostile-wat/build.sh", path.display());
+    path
+}
+
+fn wat_policy(kind: &str) -> tfwasm::policy::Policy {
+    // An option, so the host passes init a list (and calls cabi_realloc).
+    policy(kind, wat_guest(kind), 16 << 20, &[("colour", "red")])
+}
+
+#[test]
+fn the_wat_control_guest_is_a_device() {
+    // What the WAT attacks share works: their failures are the attacks.
+    let device = device(&wat_policy("honest"));
+    let ptrs: Vec<_> = (0..3).map(|_| device.allocate(1000).unwrap()).collect();
+    let s = device.create_stream().unwrap();
+    device.submit(s, WorkKind::Memset, Box::new(|| Ok(())), Some(8)).unwrap();
+    device.block_until_done(s).unwrap();
+    for p in ptrs {
+        device.deallocate(p).unwrap();
+    }
+    assert_eq!(device.replacements(), 0);
+    assert_eq!(device.identity().info.hardware_name, "tfwasm hostile WAT device");
+}
+
+/// `kind` is refused when it loads or starts, by a `class` of error whose
+/// message names the guest and contains every one of `why`.
+fn refused_at_start(kind: &str, class: impl Fn(&Error) -> bool, why: &[&str]) {
+    let err = start_error(&wat_policy(kind));
+    let message = err.to_string();
+    assert!(class(&err), "{kind}: {message}");
+    assert!(message.contains(&format!("guest '{kind}'")), "{kind}: the message does not name the guest: {message}");
+    for word in why {
+        assert!(message.contains(word), "{kind}: no {word:?} in {message}");
+    }
+}
+
+fn load(e: &Error) -> bool {
+    matches!(e, Error::GuestLoad { .. })
+}
+
+fn trap_in(call: &'static str) -> impl Fn(&Error) -> bool {
+    move |e| matches!(e, Error::GuestTrap { call: c, .. } if c == call)
+}
+
+#[test]
+fn wat_guests_built_for_another_host_are_refused_at_load() {
+    refused_at_start("wrong-version", load, &["tfwasm:device@9.0.0", "speaks tfwasm:device@0.1.0", "rebuild"]);
+    refused_at_start("newer-host", load, &["tfwasm:device@0.2.0", "speaks tfwasm:device@0.1.0"]);
+    refused_at_start("missing-export", load, &["does not export tfwasm:device/streams@0.1.0"]);
+}
+
+#[test]
+fn wat_guests_that_import_what_the_policy_does_not_grant_are_refused_at_load() {
+    let cases = [
+        ("imports-filesystem", "wasi:filesystem/preopens@0.2.6", "capabilities.preopens"),
+        ("imports-clocks", "wasi:clocks/wall-clock@0.2.6", "capabilities.clocks"),
+        ("imports-random", "wasi:random/random@0.2.6", "capabilities.random"),
+        ("imports-sockets", "wasi:sockets/instance-network@0.2.6", "never grants"),
+    ];
+    for (kind, import, grant) in cases {
+        refused_at_start(kind, load, &["does not grant", import, grant]);
+    }
+    // Granted, the same guests load and run their init, which calls the import.
+    let dir = std::env::temp_dir();
+    for (kind, grant) in
+        [("imports-filesystem", "preopens"), ("imports-clocks", "clocks"), ("imports-random", "random")]
+    {
+        let mut policy = wat_policy(kind);
+        match grant {
+            "preopens" => {
+                policy.capabilities.preopens.push(tfwasm::policy::Preopen { host: dir.clone(), guest: "/data".into() })
+            }
+            "clocks" => policy.capabilities.clocks = true,
+            _ => policy.capabilities.random = true,
+        }
+        let device = device(&policy);
+        assert_eq!(device.replacements(), 0, "{kind}");
+    }
+    let mut networked = wat_policy("imports-sockets");
+    (networked.capabilities.clocks, networked.capabilities.random) = (true, true);
+    assert!(load(&start_error(&networked)), "no capability grants the network");
+}
+
+#[test]
+fn wat_guests_that_cannot_be_instantiated_are_refused() {
+    refused_at_start("huge-initial-memory", trap_in("instantiate"), &["memory", "limits.memory-bytes"]);
+    let mut policy = wat_policy("start-loop");
+    policy.limits.call_deadline_ms = 20;
+    let err = start_error(&policy);
+    assert!(matches!(&err, Error::GuestTimeout { call, .. } if call == "instantiate"), "{err}");
+    assert!(err.to_string().contains("guest 'start-loop'"), "{err}");
+}
+
+#[test]
+fn wat_guests_whose_init_lies_are_refused() {
+    refused_at_start("string-past-memory", trap_in("identity.init"), &["out of bounds"]);
+    refused_at_start("invalid-utf8", trap_in("identity.init"), &["utf-8"]);
+    refused_at_start("realloc-lies", trap_in("identity.init"), &["realloc", "beyond end of memory"]);
+    refused_at_start("resource-bomb", trap_in("identity.init"), &["more than 4096 WASI resources"]);
+    refused_at_start("trap-in-post-return", trap_in("identity.init"), &["unreachable"]);
+}
+
+/// `kind` starts, then its every allocation fails with `class`, naming the
+/// guest and `why`; after 8 replacements the device is disabled.
+fn allocations_fail(kind: &str, class: fn(&Error) -> bool, why: &str) {
+    let device = device(&wat_policy(kind));
+    for _ in 0..=MAX_REPLACEMENTS {
+        let err = device.allocate(1000).unwrap_err();
+        let message = err.to_string();
+        assert!(class(&err) && message.contains(why), "{kind}: {message}");
+        assert!(message.contains(&format!("guest '{kind}'")), "{kind}: {message}");
+    }
+    let err = device.allocate(1000).unwrap_err();
+    assert!(matches!(err, Error::DeviceDisabled { .. }), "{kind}: {err}");
+}
+
+fn trap(e: &Error) -> bool {
+    matches!(e, Error::GuestTrap { call, .. } if call == "memory.allocate")
+}
+
+#[test]
+fn wat_guests_that_blow_up_in_allocate_cost_an_allocation() {
+    allocations_fail("stack-overflow", trap, "stack overflow");
+    allocations_fail("memory-grow-bomb", trap, "past its cap of 33554432 bytes (policy limits.memory-bytes)");
+    allocations_fail("table-grow-bomb", trap, "past the host's cap of 100000");
+    allocations_fail("bad-discriminant", trap, "discriminant");
+}
+
+#[test]
+fn a_wat_list_past_its_memory_is_refused() {
+    let device = device(&wat_policy("list-past-memory"));
+    reach(&device, "submit");
+    let fault = fault_of(&device);
+    assert!(
+        matches!(&fault, Error::GuestTrap { call, reason, .. } if call == "streams.submit" && reason.contains("out of bounds")),
+        "{fault}"
+    );
+    // The work still ran, in host order.
+    let s = device.create_stream().unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    let work = Box::new(move || {
+        flag.store(true, Ordering::SeqCst);
+        Ok(())
+    });
+    device.submit(s, WorkKind::HostCallback, work, None).unwrap();
+    device.block_until_done(s).unwrap();
+    assert!(ran.load(Ordering::SeqCst));
+}
+
+// ------------------------------------------------------------------- soak
+
+/// Faults the soak drives, and how many of them come before the first
+/// reading of resident memory.
+const SOAK_FAULTS: u32 = 10_000;
+const SOAK_WARM_UP: u32 = 1_000;
+/// What resident memory may grow by between the warm-up and the end.
+const SOAK_SLACK_BYTES: u64 = 16 << 20;
+
+/// The process's resident memory, where the OS tells it cheaply.
+fn resident_bytes() -> Option<u64> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf only reads a configuration value.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
+/// 10,000 faults and the replacements they cause, as the plugin meets them:
+/// devices whose guest traps, answers out of bounds or loops in every
+/// allocation, each replaced eight times and then disabled, one device
+/// after another. Resident memory must stay flat once warmed up.
+///
+/// Run by `ten_thousand_faults_leave_resident_memory_flat` in a process of
+/// its own, so no other test's memory is counted.
+#[test]
+#[ignore = "run in a process of its own by ten_thousand_faults_leave_resident_memory_flat"]
+fn soak_faults_and_replacements() {
+    let program = |mode: &str, deadline_ms: u64| {
+        let mut policy = policy("hostile-device", hostile_guest(), 1 << 20, &[("mode", mode)]);
+        policy.limits.call_deadline_ms = deadline_ms;
+        policy.device.recycle_bytes = 0;
+        tfwasm::sandbox::GuestProgram::load(&policy).expect("guest loads")
+    };
+    // Mostly traps and invalid answers; every 20th device loops, stopped at
+    // a 3 ms deadline (which a slow init may meet too: that is a fault as well).
+    let programs = [program("trap-on-allocate", 250), program("out-of-bounds", 250), program("loop-on-allocate", 3)];
+    let (mut faults, mut replacements, mut timeouts, mut devices) = (0u32, 0u32, 0u32, 0u32);
+    let mut warm: Option<(u64, std::time::Instant, u32)> = None;
+    let started = std::time::Instant::now();
+    while faults < SOAK_FAULTS {
+        let which = if devices % 20 == 19 { 2 } else { (devices % 2) as usize };
+        devices += 1;
+        let device = match tfwasm::device::Device::new(&programs[which], "WASM", 0) {
+            Ok(device) => device,
+            Err(e @ Error::GuestTimeout { .. }) if which == 2 => {
+                faults += 1;
+                timeouts += 1;
+                println!("soak: device {devices} did not start: {e}");
+                continue;
+            }
+            Err(e) => panic!("device {devices} did not start: {e}"),
+        };
+        loop {
+            match device.allocate(4096) {
+                Err(Error::DeviceDisabled { .. }) => break,
+                Err(e) if e.is_guest_fault() => {
+                    faults += 1;
+                    timeouts += u32::from(matches!(e, Error::GuestTimeout { .. }));
+                }
+                other => panic!("device {devices}: expected a fault, got {other:?}"),
+            }
+            if faults == SOAK_WARM_UP && warm.is_none() {
+                warm = Some((resident_bytes().unwrap_or(0), std::time::Instant::now(), faults));
+            }
+            if faults == SOAK_FAULTS {
+                break;
+            }
+        }
+        replacements += device.replacements().min(MAX_REPLACEMENTS);
+    }
+    let elapsed = started.elapsed();
+    let (warm_rss, warm_at, warm_faults) = warm.expect("warmed up");
+    let end_rss = resident_bytes();
+    let rate = f64::from(faults - warm_faults) / warm_at.elapsed().as_secs_f64();
+    println!(
+        "soak: {faults} faults ({timeouts} deadline stops), {replacements} replacements, {devices} devices \
+         in {:.1} s ({rate:.0} faults/s after the warm-up)",
+        elapsed.as_secs_f64()
+    );
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    match end_rss {
+        Some(end) => {
+            println!(
+                "soak: resident {:.1} MiB after {warm_faults} faults, {:.1} MiB after {faults}",
+                mib(warm_rss),
+                mib(end)
+            );
+            assert!(
+                end <= warm_rss + SOAK_SLACK_BYTES,
+                "resident memory grew by {:.1} MiB over {} faults (slack {:.0} MiB)",
+                mib(end.saturating_sub(warm_rss)),
+                faults - warm_faults,
+                mib(SOAK_SLACK_BYTES)
+            );
+        }
+        None => println!("soak: resident memory is not measured on this OS"),
+    }
+    assert!(timeouts > 0 && replacements >= SOAK_FAULTS / 2, "{timeouts} timeouts, {replacements} replacements");
+}
+
+#[test]
+fn ten_thousand_faults_leave_resident_memory_flat() {
+    hostile_guest(); // built here, not in the child
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["hostile::soak_faults_and_replacements", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .output()
+        .expect("run the soak in a process of its own");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    for line in stdout.lines().filter(|l| l.starts_with("soak:")) {
+        println!("{line}");
+    }
+    assert!(out.status.success(), "the soak failed\n{stdout}\n{stderr}");
+    assert!(stdout.contains("1 passed"), "the soak did not run\n{stdout}");
+}

@@ -2,11 +2,20 @@
 //!
 //! It is the reference device (it includes the reference guest's allocator,
 //! ordering and glue modules) until the policy option `mode` selects a
-//! misbehaviour. `after = N` (default 0) lets the first N `allocate` calls
-//! of an instance answer honestly; the allocation modes misbehave from call
-//! N + 1 on. The stream modes ignore `after` and lie from the first answer.
-//! An unknown `mode` or a malformed `after` fails `init`, so a typo in a
-//! test policy cannot silently produce an honest device.
+//! misbehaviour, or several separated by commas (`mode = "trap-on-allocate,
+//! loop-on-adopt"`: the instance that replaces the trapped one then loops
+//! while it adopts the live allocations). `after = N` (default 0) lets the
+//! first N `allocate` calls of an instance answer honestly; the allocation
+//! modes misbehave from call N + 1 on. The other modes ignore `after` and
+//! misbehave from the first answer. `delay-ms = N` (default 5) is how long
+//! `slow` takes over each answer. An unknown `mode` or a malformed option
+//! fails `init`, so a typo in a test policy cannot silently produce an
+//! honest device.
+//!
+//! Misbehaviour that Rust cannot express (a wrong WIT version, a missing
+//! export, imports of WASI interfaces, `memory.grow` and `table.grow` bombs,
+//! answers whose strings and lists lie about their place in memory) lives in
+//! the hand-written WAT guests of `guest/hostile-wat`.
 //!
 //! | mode | what it does |
 //! | --- | --- |
@@ -14,18 +23,27 @@
 //! | `init-error` | `init` returns an error |
 //! | `trap-on-init` | `init` panics (a trap) |
 //! | `trap-on-allocate` | `allocate` panics |
-//! | `loop-on-allocate` | `allocate` never returns: the host's deadline must stop it |
+//! | `loop-on-EXPORT` | the export never returns: the host's deadline must stop it. EXPORT is any export of the world: `init`, `allocate`, `free`, `usage`, `adopt`, `create-stream`, `destroy-stream`, `submit`, `complete`, `add-dependency`, `stream-status`, `create-event`, `destroy-event`, `record-event`, `wait-event`, `event-status`, `create-timer`, `destroy-timer`, `mark-timer`, `timer-elapsed` |
 //! | `out-of-bounds` | `allocate` returns a range that ends past the region (starts past it when it must) |
+//! | `offset-overflow` | `allocate` returns an aligned offset so close to 2^64 that offset + size overflows |
 //! | `overlap` | `allocate` returns the offset of a live allocation (honest while none is live) |
 //! | `misaligned` | `allocate` returns an offset one byte past an aligned one (honest for alignment 1) |
 //! | `oom-always` | `allocate` says out-of-memory: honest, not a fault |
 //! | `grow-memory` | `allocate` grabs and touches 1 MiB after 1 MiB until the host's memory cap makes growth fail, which aborts the guest |
+//! | `deep-recursion` | `allocate` recurses with 4 KiB frames until the guest's own stack, in its linear memory, runs out |
+//! | `exit` | `allocate` calls `std::process::exit(3)` (WASI `cli/exit`, which carries failure but no code: the host sees exit(1)); it must end the call, not the process |
+//! | `huge-refusal` | `allocate` refuses with a 4 MiB `invalid-argument` message full of newlines and terminal escapes |
+//! | `huge-name` | `init` describes a device whose hardware name is 4 MiB long |
+//! | `log-forgery` | `init` logs a warning carrying a newline, a line that poses as another guest's, and terminal escapes |
+//! | `slow` | every export busy-waits `delay-ms` on the host clock, then answers honestly: legal, not a fault |
 //! | `bad-seq` | tickets repeat the stream's previous seq (0 for the first) instead of increasing |
+//! | `seq-jump` | tickets jump to seq 2^64 - 1, leaving the stream no room to count on |
 //! | `dangling-dependency` | tickets wait for work 1000 tickets beyond what another stream (or, with one stream, this one) submitted |
+//! | `huge-ticket` | every ticket repeats its dependency (or one on its stream's earlier work) 200,000 times: legal, redundant |
 //! | `lie-event-complete` | `event-status` always says complete |
+//! | `lie-timer-elapsed` | `timer-elapsed` reports 1 ns for every timer, whether its markers ran or not |
 //! | `trap-on-submit` | `submit` panics |
 //! | `refuse-every-other-submit` | `submit` honestly refuses (`internal`) every second call |
-//! | `loop-on-usage` | `usage` never returns (TensorFlow asks for it while it creates its devices) |
 
 #[path = "../../reference-device/src/allocator.rs"]
 pub mod allocator;
@@ -36,6 +54,57 @@ pub mod ordering;
 #[path = "../../reference-device/src/glue.rs"]
 mod glue;
 
+/// An export of the `device` world, for `loop-on-EXPORT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Export {
+    Init,
+    Allocate,
+    Free,
+    Usage,
+    Adopt,
+    CreateStream,
+    DestroyStream,
+    Submit,
+    Complete,
+    AddDependency,
+    StreamStatus,
+    CreateEvent,
+    DestroyEvent,
+    RecordEvent,
+    WaitEvent,
+    EventStatus,
+    CreateTimer,
+    DestroyTimer,
+    MarkTimer,
+    TimerElapsed,
+}
+
+impl Export {
+    /// Every export, by its WIT name.
+    pub const ALL: [(&'static str, Export); 20] = [
+        ("init", Export::Init),
+        ("allocate", Export::Allocate),
+        ("free", Export::Free),
+        ("usage", Export::Usage),
+        ("adopt", Export::Adopt),
+        ("create-stream", Export::CreateStream),
+        ("destroy-stream", Export::DestroyStream),
+        ("submit", Export::Submit),
+        ("complete", Export::Complete),
+        ("add-dependency", Export::AddDependency),
+        ("stream-status", Export::StreamStatus),
+        ("create-event", Export::CreateEvent),
+        ("destroy-event", Export::DestroyEvent),
+        ("record-event", Export::RecordEvent),
+        ("wait-event", Export::WaitEvent),
+        ("event-status", Export::EventStatus),
+        ("create-timer", Export::CreateTimer),
+        ("destroy-timer", Export::DestroyTimer),
+        ("mark-timer", Export::MarkTimer),
+        ("timer-elapsed", Export::TimerElapsed),
+    ];
+}
+
 /// The misbehaviour an instance was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -43,75 +112,129 @@ pub enum Mode {
     InitError,
     TrapOnInit,
     TrapOnAllocate,
-    LoopOnAllocate,
+    LoopOn(Export),
     OutOfBounds,
+    OffsetOverflow,
     Overlap,
     Misaligned,
     OomAlways,
     GrowMemory,
+    DeepRecursion,
+    Exit,
+    HugeRefusal,
+    HugeName,
+    LogForgery,
+    Slow,
     BadSeq,
+    SeqJump,
     DanglingDependency,
+    HugeTicket,
     LieEventComplete,
+    LieTimerElapsed,
     TrapOnSubmit,
     RefuseEveryOtherSubmit,
-    LoopOnUsage,
 }
 
 impl Mode {
-    const NAMES: [(&'static str, Mode); 15] = [
+    /// The modes other than `loop-on-EXPORT`, by name.
+    const NAMES: [(&'static str, Mode); 23] = [
         ("init-error", Mode::InitError),
         ("trap-on-init", Mode::TrapOnInit),
         ("trap-on-allocate", Mode::TrapOnAllocate),
-        ("loop-on-allocate", Mode::LoopOnAllocate),
         ("out-of-bounds", Mode::OutOfBounds),
+        ("offset-overflow", Mode::OffsetOverflow),
         ("overlap", Mode::Overlap),
         ("misaligned", Mode::Misaligned),
         ("oom-always", Mode::OomAlways),
         ("grow-memory", Mode::GrowMemory),
+        ("deep-recursion", Mode::DeepRecursion),
+        ("exit", Mode::Exit),
+        ("huge-refusal", Mode::HugeRefusal),
+        ("huge-name", Mode::HugeName),
+        ("log-forgery", Mode::LogForgery),
+        ("slow", Mode::Slow),
         ("bad-seq", Mode::BadSeq),
+        ("seq-jump", Mode::SeqJump),
         ("dangling-dependency", Mode::DanglingDependency),
+        ("huge-ticket", Mode::HugeTicket),
         ("lie-event-complete", Mode::LieEventComplete),
+        ("lie-timer-elapsed", Mode::LieTimerElapsed),
         ("trap-on-submit", Mode::TrapOnSubmit),
         ("refuse-every-other-submit", Mode::RefuseEveryOtherSubmit),
-        ("loop-on-usage", Mode::LoopOnUsage),
     ];
 
+    /// Every mode name this guest knows, `loop-on-EXPORT` spelt out per export.
+    pub fn names() -> impl Iterator<Item = (String, Mode)> {
+        let loops = Export::ALL.iter().map(|&(export, e)| (format!("loop-on-{export}"), Mode::LoopOn(e)));
+        Mode::NAMES.iter().map(|&(name, mode)| (name.to_owned(), mode)).chain(loops)
+    }
+
     fn parse(name: &str) -> Option<Mode> {
+        if let Some(export) = name.strip_prefix("loop-on-") {
+            return Export::ALL.iter().find(|(n, _)| *n == export).map(|&(_, e)| Mode::LoopOn(e));
+        }
         Mode::NAMES.iter().find(|(n, _)| *n == name).map(|&(_, mode)| mode)
+    }
+
+    /// Whether this mode changes `allocate`'s answer (and so honours `after`).
+    fn misplaces(self) -> bool {
+        matches!(
+            self,
+            Mode::TrapOnAllocate
+                | Mode::LoopOn(Export::Allocate)
+                | Mode::OutOfBounds
+                | Mode::OffsetOverflow
+                | Mode::Overlap
+                | Mode::Misaligned
+                | Mode::OomAlways
+                | Mode::GrowMemory
+                | Mode::DeepRecursion
+                | Mode::Exit
+                | Mode::HugeRefusal
+        )
     }
 }
 
-/// The options this guest reads: `mode` and `after`.
+/// The options this guest reads: `mode`, `after` and `delay-ms`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    pub mode: Mode,
+    /// Empty for an honest device.
+    pub modes: Vec<Mode>,
     /// Honest `allocate` calls before an allocation mode misbehaves.
     pub after: u64,
+    /// What `slow` spends on each answer.
+    pub delay_ms: u64,
     /// Options this guest does not know, to warn about.
     pub unknown: Vec<String>,
 }
 
 impl Config {
     pub fn parse(options: &[(String, String)]) -> Result<Config, String> {
-        let mut config = Config { mode: Mode::Honest, after: 0, unknown: Vec::new() };
+        let mut config = Config { modes: Vec::new(), after: 0, delay_ms: 5, unknown: Vec::new() };
+        let number = |key: &str, value: &str| {
+            value.trim().parse::<u64>().map_err(|_| format!("option {key} = {value:?} is not a whole number"))
+        };
         for (key, value) in options {
             match key.as_str() {
                 "mode" => {
-                    config.mode = Mode::parse(value.trim()).ok_or_else(|| {
-                        let known: Vec<&str> = Mode::NAMES.iter().map(|(n, _)| *n).collect();
-                        format!("unknown mode {value:?}; known modes: {}", known.join(", "))
-                    })?;
+                    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                        let mode = Mode::parse(name).ok_or_else(|| {
+                            let known: Vec<String> = Mode::names().map(|(n, _)| n).collect();
+                            format!("unknown mode {name:?}; known modes: {}", known.join(", "))
+                        })?;
+                        config.modes.push(mode);
+                    }
                 }
-                "after" => {
-                    config.after = value
-                        .trim()
-                        .parse()
-                        .map_err(|_| format!("option after = {value:?} is not a number of allocations"))?;
-                }
+                "after" => config.after = number(key, value)?,
+                "delay-ms" => config.delay_ms = number(key, value)?,
                 other => config.unknown.push(other.to_owned()),
             }
         }
         Ok(config)
+    }
+
+    pub fn has(&self, mode: Mode) -> bool {
+        self.modes.contains(&mode)
     }
 }
 
@@ -129,13 +252,30 @@ pub fn out_of_bounds_offset(memory_size: u64, size: u64, alignment: u64) -> u64 
     }
 }
 
+/// The last aligned offset below 2^64: for any `size` of at least
+/// `alignment` (a power of two), offset + size wraps past 2^64, so a host
+/// that adds before it compares would see a small end inside the region.
+pub fn overflowing_offset(alignment: u64) -> u64 {
+    u64::MAX / alignment.max(1) * alignment.max(1)
+}
+
+/// What `huge-refusal` says: 4 MiB of lines posing as the host's own.
+pub fn huge_refusal() -> String {
+    let line = "refused\n\x1b[2Jtfwasm: guest 'reference-device' (reference_device.wasm): all is well\r\n";
+    line.repeat((4 << 20) / line.len())
+}
+
+/// What `log-forgery` logs.
+pub const FORGED_LOG: &str =
+    "starting\ntfwasm: guest 'reference-device' (reference_device.wasm): \x1b[32mall is well\x1b[0m\rtfwasm: ok";
+
 #[cfg(target_arch = "wasm32")]
 mod component {
     use std::cell::RefCell;
 
     use crate::allocator::BestFit;
     use crate::ordering::{self, Dep, Ordering};
-    use crate::{out_of_bounds_offset, Config, Mode};
+    use crate::{huge_refusal, out_of_bounds_offset, overflowing_offset, Config, Export, Mode, FORGED_LOG};
 
     wit_bindgen::generate!({
         path: "../../wit/device",
@@ -147,12 +287,14 @@ mod component {
     use exports::tfwasm::device::identity::Guest as Identity;
     use exports::tfwasm::device::memory::{Guest as Memory, MemoryUsage};
     use exports::tfwasm::device::streams::{EventState, Guest as Streams, Ticket, WorkKind};
-    use tfwasm::device::host::{log, LogLevel};
+    use tfwasm::device::host::{log, now_ns, LogLevel};
     use tfwasm::device::types::{DeviceConfig, DeviceError, DeviceInfo};
 
+    /// How many times `huge-ticket` repeats a dependency.
+    const HUGE_TICKET_DEPENDENCIES: usize = 200_000;
+
     struct Device {
-        mode: Mode,
-        after: u64,
+        config: Config,
         allocate_calls: u64,
         memory_size: u64,
         memory: BestFit,
@@ -163,30 +305,71 @@ mod component {
         refusals_due: bool,
     }
 
+    /// Never returns; `black_box` keeps the loop from being optimised away.
+    fn spin() -> ! {
+        let mut turns = 0u64;
+        loop {
+            turns = std::hint::black_box(turns.wrapping_add(1));
+        }
+    }
+
+    /// What every export does before its answer: loop for `loop-on-EXPORT`,
+    /// wait for `slow`.
+    fn stall(config: &Config, export: Export) {
+        if config.has(Mode::LoopOn(export)) {
+            spin();
+        }
+        dawdle(config);
+    }
+
+    /// `slow`: busy-waits `delay-ms` on the host's clock.
+    fn dawdle(config: &Config) {
+        if config.has(Mode::Slow) {
+            let until = now_ns().saturating_add(config.delay_ms.saturating_mul(1_000_000));
+            while now_ns() < until {}
+        }
+    }
+
+    /// Recurses until the stack in the guest's linear memory runs out: each
+    /// level keeps a 4 KiB frame there, against 1 MiB of stack.
+    #[inline(never)]
+    fn descend(depth: u32) -> u32 {
+        let frame = std::hint::black_box([depth as u8; 4096]);
+        if depth == u32::MAX {
+            return 0;
+        }
+        let below = descend(depth + 1);
+        below.wrapping_add(u32::from(std::hint::black_box(&frame)[depth as usize % 4096]))
+    }
+
     impl Device {
         /// Turns an honest ticket into the lie the stream modes ask for.
         fn ticket(&self, honest: ordering::Ticket, s: u64) -> Ticket {
             let mut honest = honest;
-            match self.mode {
-                Mode::BadSeq => honest.seq -= 1,
-                Mode::DanglingDependency => {
-                    let (stream, submitted) =
-                        self.ordering.streams().find(|&(id, _)| id != s).unwrap_or((s, honest.seq));
-                    honest.after.push(Dep { stream, seq: submitted + 1_000 });
-                }
-                _ => {}
+            if self.config.has(Mode::BadSeq) {
+                honest.seq -= 1;
+            }
+            if self.config.has(Mode::SeqJump) {
+                honest.seq = u64::MAX;
+            }
+            if self.config.has(Mode::DanglingDependency) {
+                let (stream, submitted) = self.ordering.streams().find(|&(id, _)| id != s).unwrap_or((s, honest.seq));
+                honest.after.push(Dep { stream, seq: submitted + 1_000 });
+            }
+            if self.config.has(Mode::HugeTicket) {
+                let dep = honest.after.first().copied().unwrap_or(Dep { stream: s, seq: honest.seq - 1 });
+                honest.after = vec![dep; HUGE_TICKET_DEPENDENCIES];
             }
             glue::ticket(honest)
         }
 
         fn misbehaving_allocate(&mut self, size: u64, alignment: u64) -> Result<u64, DeviceError> {
-            match self.mode {
+            let mode = self.config.modes.iter().copied().find(|m| m.misplaces()).unwrap_or(Mode::Honest);
+            match mode {
                 Mode::TrapOnAllocate => panic!("hostile-device traps in allocate (mode trap-on-allocate)"),
-                Mode::LoopOnAllocate => loop {
-                    // `black_box` keeps the loop from being optimised away.
-                    std::hint::black_box(&mut self.allocate_calls);
-                },
+                Mode::LoopOn(Export::Allocate) => spin(),
                 Mode::OutOfBounds => Ok(out_of_bounds_offset(self.memory_size, size, alignment)),
+                Mode::OffsetOverflow => Ok(overflowing_offset(alignment)),
                 Mode::Overlap => {
                     let live = self.memory.live().next().map(|(offset, _)| offset);
                     live.map_or_else(|| self.memory.allocate(size, alignment).map_err(alloc_error), Ok)
@@ -203,6 +386,9 @@ mod component {
                     // is refused, the allocation failure aborts the guest.
                     self.hoard.push(vec![1u8; 1 << 20]);
                 },
+                Mode::DeepRecursion => Ok(u64::from(descend(0))),
+                Mode::Exit => std::process::exit(3),
+                Mode::HugeRefusal => Err(DeviceError::InvalidArgument(huge_refusal())),
                 _ => self.memory.allocate(size, alignment).map_err(alloc_error),
             }
         }
@@ -212,9 +398,16 @@ mod component {
         static DEVICE: RefCell<Option<Device>> = const { RefCell::new(None) };
     }
 
-    fn with<R>(f: impl FnOnce(&mut Device) -> Result<R, DeviceError>) -> Result<R, DeviceError> {
+    /// Runs `f` on the device set up by `init`, after the export's stall.
+    fn with<R>(export: Export, f: impl FnOnce(&mut Device) -> Result<R, DeviceError>) -> Result<R, DeviceError> {
         DEVICE.with_borrow_mut(|device| match device {
-            Some(device) => f(device),
+            Some(device) => {
+                // `allocate` stalls itself, after its honest calls.
+                if export != Export::Allocate {
+                    stall(&device.config, export);
+                }
+                f(device)
+            }
             None => Err(glue::init_not_called()),
         })
     }
@@ -226,19 +419,31 @@ mod component {
             if DEVICE.with_borrow(Option::is_some) {
                 return Err("init called twice; the device is already set up".into());
             }
-            let Config { mode, after, unknown } = Config::parse(&config.options)?;
-            match mode {
-                Mode::InitError => return Err("hostile-device refuses to start (mode init-error)".into()),
-                Mode::TrapOnInit => panic!("hostile-device traps in init (mode trap-on-init)"),
-                _ => {}
+            let parsed = Config::parse(&config.options)?;
+            stall(&parsed, Export::Init);
+            if parsed.has(Mode::InitError) {
+                return Err("hostile-device refuses to start (mode init-error)".into());
             }
-            for key in unknown {
+            if parsed.has(Mode::TrapOnInit) {
+                panic!("hostile-device traps in init (mode trap-on-init)");
+            }
+            if parsed.has(Mode::LogForgery) {
+                log(LogLevel::Warn, FORGED_LOG);
+            }
+            for key in &parsed.unknown {
                 log(LogLevel::Warn, &format!("ignoring unknown option {key:?}"));
             }
-            log(LogLevel::Info, &format!("device {}: hostile mode {mode:?} after {after} allocations", config.ordinal));
+            log(
+                LogLevel::Info,
+                &format!(
+                    "device {}: hostile modes {:?} after {} allocations",
+                    config.ordinal, parsed.modes, parsed.after
+                ),
+            );
+            let hardware_name =
+                if parsed.has(Mode::HugeName) { "x".repeat(4 << 20) } else { "tfwasm hostile test device".into() };
             DEVICE.set(Some(Device {
-                mode,
-                after,
+                config: parsed,
                 allocate_calls: 0,
                 memory_size: config.memory_size,
                 memory: BestFit::new(config.memory_size),
@@ -247,7 +452,7 @@ mod component {
                 refusals_due: false,
             }));
             Ok(DeviceInfo {
-                hardware_name: "tfwasm hostile test device".into(),
+                hardware_name,
                 vendor: "tfwasm tests".into(),
                 pci_bus_id: String::new(),
                 numa_node: -1,
@@ -259,51 +464,46 @@ mod component {
 
     impl Memory for Hostile {
         fn allocate(size: u64, alignment: u64) -> Result<u64, DeviceError> {
-            with(|d| {
+            with(Export::Allocate, |d| {
                 d.allocate_calls += 1;
-                if d.allocate_calls <= d.after {
+                if d.allocate_calls <= d.config.after {
+                    dawdle(&d.config);
                     return d.memory.allocate(size, alignment).map_err(alloc_error);
                 }
+                stall(&d.config, Export::Allocate);
                 d.misbehaving_allocate(size, alignment)
             })
         }
 
         fn free(offset: u64) -> Result<(), DeviceError> {
-            with(|d| d.memory.free(offset).map_err(alloc_error))
+            with(Export::Free, |d| d.memory.free(offset).map_err(alloc_error))
         }
 
         fn usage() -> MemoryUsage {
-            let stats = with(|d| {
-                if d.mode == Mode::LoopOnUsage {
-                    loop {
-                        std::hint::black_box(&mut d.allocate_calls);
-                    }
-                }
-                Ok(d.memory.stats())
-            });
+            let stats = with(Export::Usage, |d| Ok(d.memory.stats()));
             glue::usage(stats.unwrap_or_default())
         }
 
         fn adopt(live: Vec<(u64, u64)>) -> Result<(), DeviceError> {
-            with(|d| d.memory.adopt(&live).map_err(alloc_error))
+            with(Export::Adopt, |d| d.memory.adopt(&live).map_err(alloc_error))
         }
     }
 
     impl Streams for Hostile {
         fn create_stream() -> Result<u64, DeviceError> {
-            with(|d| Ok(d.ordering.create_stream()))
+            with(Export::CreateStream, |d| Ok(d.ordering.create_stream()))
         }
 
         fn destroy_stream(s: u64) -> Result<(), DeviceError> {
-            with(|d| d.ordering.destroy_stream(s).map_err(order_error))
+            with(Export::DestroyStream, |d| d.ordering.destroy_stream(s).map_err(order_error))
         }
 
         fn submit(s: u64, _kind: WorkKind) -> Result<Ticket, DeviceError> {
-            with(|d| {
-                if d.mode == Mode::TrapOnSubmit {
+            with(Export::Submit, |d| {
+                if d.config.has(Mode::TrapOnSubmit) {
                     panic!("hostile-device traps in submit (mode trap-on-submit)");
                 }
-                if d.mode == Mode::RefuseEveryOtherSubmit {
+                if d.config.has(Mode::RefuseEveryOtherSubmit) {
                     d.refusals_due = !d.refusals_due;
                     if d.refusals_due {
                         return Err(DeviceError::Internal("hostile-device declines this submit".into()));
@@ -317,61 +517,67 @@ mod component {
         fn complete(s: u64, seq: u64, at_ns: u64, ok: bool) {
             // The lying modes make the host complete seqs it chose itself;
             // recording them quietly is all this guest needs.
-            let _ = with(|d| d.ordering.complete(s, seq, at_ns, ok).map_err(order_error));
+            let _ = with(Export::Complete, |d| d.ordering.complete(s, seq, at_ns, ok).map_err(order_error));
         }
 
         fn add_dependency(dependent: u64, other: u64) -> Result<(), DeviceError> {
-            with(|d| d.ordering.add_dependency(dependent, other).map_err(order_error))
+            with(Export::AddDependency, |d| d.ordering.add_dependency(dependent, other).map_err(order_error))
         }
 
         fn stream_status(s: u64) -> Result<(), String> {
-            with(|d| d.ordering.stream_status(s).map_err(order_error)).unwrap_or_else(|e| Err(glue::describe(&e)))
+            with(Export::StreamStatus, |d| d.ordering.stream_status(s).map_err(order_error))
+                .unwrap_or_else(|e| Err(glue::describe(&e)))
         }
 
         fn create_event() -> Result<u64, DeviceError> {
-            with(|d| Ok(d.ordering.create_event()))
+            with(Export::CreateEvent, |d| Ok(d.ordering.create_event()))
         }
 
         fn destroy_event(e: u64) -> Result<(), DeviceError> {
-            with(|d| d.ordering.destroy_event(e).map_err(order_error))
+            with(Export::DestroyEvent, |d| d.ordering.destroy_event(e).map_err(order_error))
         }
 
         fn record_event(s: u64, e: u64) -> Result<Ticket, DeviceError> {
-            with(|d| {
+            with(Export::RecordEvent, |d| {
                 let honest = d.ordering.record_event(s, e).map_err(order_error)?;
                 Ok(d.ticket(honest, s))
             })
         }
 
         fn wait_event(s: u64, e: u64) -> Result<(), DeviceError> {
-            with(|d| d.ordering.wait_event(s, e).map_err(order_error))
+            with(Export::WaitEvent, |d| d.ordering.wait_event(s, e).map_err(order_error))
         }
 
         fn event_status(e: u64) -> EventState {
-            let state = with(|d| Ok((d.mode, d.ordering.event_status(e)))).ok();
+            let state =
+                with(Export::EventStatus, |d| Ok((d.config.has(Mode::LieEventComplete), d.ordering.event_status(e))));
             match state {
-                Some((Mode::LieEventComplete, _)) => EventState::Complete,
-                other => glue::event_state(other.map(|(_, state)| state)),
+                Ok((true, _)) => EventState::Complete,
+                other => glue::event_state(other.ok().map(|(_, state)| state)),
             }
         }
 
         fn create_timer() -> Result<u64, DeviceError> {
-            with(|d| Ok(d.ordering.create_timer()))
+            with(Export::CreateTimer, |d| Ok(d.ordering.create_timer()))
         }
 
         fn destroy_timer(t: u64) -> Result<(), DeviceError> {
-            with(|d| d.ordering.destroy_timer(t).map_err(order_error))
+            with(Export::DestroyTimer, |d| d.ordering.destroy_timer(t).map_err(order_error))
         }
 
         fn mark_timer(s: u64, t: u64, start: bool) -> Result<Ticket, DeviceError> {
-            with(|d| {
+            with(Export::MarkTimer, |d| {
                 let honest = d.ordering.mark_timer(s, t, start).map_err(order_error)?;
                 Ok(d.ticket(honest, s))
             })
         }
 
         fn timer_elapsed(t: u64) -> Option<u64> {
-            with(|d| Ok(d.ordering.timer_elapsed(t))).ok().flatten()
+            with(Export::TimerElapsed, |d| {
+                Ok(if d.config.has(Mode::LieTimerElapsed) { Some(1) } else { d.ordering.timer_elapsed(t) })
+            })
+            .ok()
+            .flatten()
         }
     }
 
@@ -389,20 +595,41 @@ mod tests {
     #[test]
     fn every_documented_mode_parses() {
         let docs = include_str!("lib.rs");
-        for (name, mode) in Mode::NAMES {
-            assert!(docs.contains(&format!("//! | `{name}` |")), "{name} is not in the mode table");
-            let config = Config::parse(&options(&[("mode", name), ("after", "3")])).unwrap();
-            assert_eq!((config.mode, config.after), (mode, 3));
+        let loop_row = docs.lines().find(|l| l.starts_with("//! | `loop-on-EXPORT` |")).expect("the loop row");
+        for (name, mode) in Mode::names() {
+            match mode {
+                Mode::LoopOn(_) => {
+                    let export = name.trim_start_matches("loop-on-");
+                    assert!(loop_row.contains(&format!("`{export}`")), "{export} is not in the loop row");
+                }
+                _ => assert!(docs.contains(&format!("//! | `{name}` |")), "{name} is not in the mode table"),
+            }
+            let config = Config::parse(&options(&[("mode", &name), ("after", "3")])).unwrap();
+            assert_eq!((config.modes, config.after), (vec![mode], 3));
         }
+        assert_eq!(Mode::names().count(), Mode::NAMES.len() + Export::ALL.len());
+    }
+
+    #[test]
+    fn modes_combine() {
+        let config =
+            Config::parse(&options(&[("mode", " trap-on-allocate ,loop-on-adopt"), ("delay-ms", "7")])).unwrap();
+        assert_eq!(config.modes, vec![Mode::TrapOnAllocate, Mode::LoopOn(Export::Adopt)]);
+        assert!(config.has(Mode::LoopOn(Export::Adopt)) && !config.has(Mode::Slow));
+        assert_eq!(config.delay_ms, 7);
     }
 
     #[test]
     fn no_mode_is_honest_and_typos_are_refused() {
-        assert_eq!(Config::parse(&[]).unwrap().mode, Mode::Honest);
+        assert!(Config::parse(&[]).unwrap().modes.is_empty());
         let err = Config::parse(&options(&[("mode", "trap-on-alocate")])).unwrap_err();
         assert!(err.contains("trap-on-alocate") && err.contains("trap-on-allocate"), "{err}");
+        let err = Config::parse(&options(&[("mode", "loop-on-everything")])).unwrap_err();
+        assert!(err.contains("loop-on-timer-elapsed"), "{err}");
         let err = Config::parse(&options(&[("after", "many")])).unwrap_err();
         assert!(err.contains("after"), "{err}");
+        let err = Config::parse(&options(&[("delay-ms", "-1")])).unwrap_err();
+        assert!(err.contains("delay-ms"), "{err}");
         assert_eq!(Config::parse(&options(&[("colour", "red")])).unwrap().unknown, vec!["colour"]);
     }
 
@@ -423,5 +650,23 @@ mod tests {
         }
         // Straddling the end where possible, so the start alone looks fine.
         assert_eq!(out_of_bounds_offset(4096, 100, 64), 4032);
+    }
+
+    #[test]
+    fn overflowing_offsets_wrap() {
+        for (size, alignment) in [(256, 256), (1000, 256), (1, 1), (4096, 4096), (5000, 4096)] {
+            let offset = overflowing_offset(alignment);
+            assert_eq!(offset % alignment, 0, "{size} {alignment}");
+            assert!(offset.checked_add(size).is_none(), "{size} {alignment}: {offset} does not wrap");
+            assert!(offset.wrapping_add(size) < size, "{size} {alignment}");
+        }
+    }
+
+    #[test]
+    fn forged_text_carries_what_a_log_must_not_pass_on() {
+        for text in [FORGED_LOG, &huge_refusal()[..200]] {
+            assert!(text.contains('\n') && text.contains('\x1b') && text.contains("tfwasm: guest"), "{text:?}");
+        }
+        assert!(huge_refusal().len() > 4_000_000);
     }
 }
