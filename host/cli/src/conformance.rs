@@ -82,6 +82,7 @@ const CHECKS: &[(&str, &str, Check)] = &[
     ("concurrency", "allocations from several threads at once", check_concurrency),
     ("stream-order", "tickets keep each stream in order and honour dependencies", check_stream_order),
     ("events", "event states agree with completions; waits are honoured", check_events),
+    ("timers", "`timer-elapsed` answers once both markers ran, with the time between them", check_timers),
 ];
 
 type Check = fn(&Arc<GuestProgram>) -> Result<String, String>;
@@ -151,9 +152,10 @@ fn with_region(program: &Arc<GuestProgram>, bytes: u64) -> Result<Arc<GuestProgr
 }
 
 fn unreplaced(device: &Device) -> Result<(), String> {
-    match device.replacements() {
-        0 => Ok(()),
-        n => Err(format!("the host replaced the guest instance {n} time(s)")),
+    match (device.replacements(), device.last_fault()) {
+        (0, _) => Ok(()),
+        (n, Some(fault)) => Err(format!("the host replaced the guest instance {n} time(s); last: {fault}")),
+        (n, None) => Err(format!("the host replaced the guest instance {n} time(s)")),
     }
 }
 
@@ -425,4 +427,33 @@ fn check_events(program: &Arc<GuestProgram>) -> Result<String, String> {
     device.destroy_stream(b);
     unreplaced(&device)?;
     Ok("pending, then complete; the wait held".into())
+}
+
+fn check_timers(program: &Arc<GuestProgram>) -> Result<String, String> {
+    let device = device(program)?;
+    let fail = |e: Error| e.to_string();
+    let s = device.create_stream().map_err(fail)?;
+    let timer = device.create_timer().map_err(fail)?;
+    // The markers wait behind work held until the timer has been asked once.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let hold: WorkFn = Box::new(move || held.recv().map_err(|e| e.to_string()));
+    device.submit(s, WorkKind::HostCallback, hold, None).map_err(fail)?;
+    device.mark_timer(s, timer, true).map_err(fail)?;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    device.submit(s, WorkKind::HostCallback, logger(&log, "timed", 30), None).map_err(fail)?;
+    device.mark_timer(s, timer, false).map_err(fail)?;
+    let early = device.timer_nanoseconds(timer).map_err(fail);
+    let _ = release.send(());
+    device.block_until_done(s).map_err(fail)?;
+    if early? != 0 {
+        return Err("an elapsed time before either marker ran".into());
+    }
+    let elapsed = device.timer_nanoseconds(timer).map_err(fail)?;
+    if elapsed < 30_000_000 {
+        return Err(format!("{elapsed} ns between markers around 30 ms of work"));
+    }
+    device.destroy_timer(timer);
+    device.destroy_stream(s);
+    unreplaced(&device)?;
+    Ok(format!("{:.1} ms around 30 ms of work", elapsed as f64 / 1e6))
 }
