@@ -7,6 +7,7 @@ use std::process::Command;
 
 mod c_guest;
 mod contract;
+mod hostile_wat;
 mod precompile;
 
 fn workspace() -> PathBuf {
