@@ -16,12 +16,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use wasmtime::component::{HasSelf, Linker, ResourceTable, ResourceTableError};
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable, ResourceTableError};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, Trap, WasmBacktrace};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::error::Error;
-use crate::policy::{Capabilities, Policy};
+use crate::policy::{Capabilities, Limits, Policy};
 
 pub mod cache;
 
@@ -149,7 +149,8 @@ pub fn engine() -> Result<&'static Engine, Error> {
 
 /// Per-store state: the WASI context and the limits of one instance.
 pub struct GuestState {
-    guest: Arc<str>,
+    /// How messages name the guest: `guest 'NAME' (FILE)` or `pass 'NAME' (FILE)`.
+    pub(crate) guest: Arc<str>,
     wasi: WasiCtx,
     table: ResourceTable,
     limits: GuestLimits,
@@ -255,32 +256,14 @@ impl GuestProgram {
         let load_err = |reason: String| Error::GuestLoad { guest: label.clone(), reason };
         let engine = engine()?;
         let started = Instant::now();
-        let bytes = std::fs::read(&policy.guest.path)
-            .map_err(|e| load_err(format!("cannot read {}: {e}", policy.guest.path.display())))?;
-        if let Some(pinned) = &policy.guest.sha256 {
-            let actual = cache::sha256_hex(&bytes);
-            if !actual.eq_ignore_ascii_case(pinned) {
-                return Err(load_err(format!(
-                    "{} is not the guest the policy pins: guest.sha256 = {pinned}, the file's SHA-256 is {actual}",
-                    policy.guest.path.display()
-                )));
-            }
-        }
-        let (component, cached) = cache::compile(engine, &bytes, cache_dir).map_err(|e| {
-            load_err(format!(
-                "not a valid wasm component ({:#}); build guests for wasm32-wasip2 with wit-bindgen against wit/device",
-                e
-            ))
-        })?;
-        let ty = component.component_type();
-        let imports: Vec<&str> = ty.imports(engine).map(|(name, _)| name).collect();
-        let exports: Vec<&str> = ty.exports(engine).map(|(name, _)| name).collect();
-        if let Some(reason) = other_device_version(imports.iter().chain(&exports)) {
-            return Err(load_err(reason));
-        }
-        if let Some(reason) = refused_imports(&imports, &policy.capabilities) {
-            return Err(load_err(reason));
-        }
+        let source = GuestSource {
+            label: &label,
+            path: &policy.guest.path,
+            sha256: policy.guest.sha256.as_deref(),
+            capabilities: &policy.capabilities,
+            world: &DEVICE_WORLD,
+        };
+        let (component, cached, exports) = source.compile(cache_dir)?;
         let mut linker = Linker::<GuestState>::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| Error::Internal(format!("cannot link WASI: {e:#}")))?;
@@ -289,8 +272,8 @@ impl GuestProgram {
         let instance_pre = linker
             .instantiate_pre(&component)
             .map_err(|e| load_err(format!("its imports do not match what tfwasm provides: {e:#}")))?;
-        let pre =
-            DevicePre::new(instance_pre).map_err(|e| load_err(format!("{} ({e:#})", missing_exports(&exports))))?;
+        let pre = DevicePre::new(instance_pre)
+            .map_err(|e| load_err(format!("{} ({e:#})", DEVICE_WORLD.missing_exports(&exports))))?;
         let how = if cached { "loaded from the compile cache" } else { "compiled" };
         tracing::info!("{label}: {how} and linked in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
         Ok(Arc::new(GuestProgram { label: label.into(), policy: policy.clone(), pre }))
@@ -306,36 +289,7 @@ impl GuestProgram {
 
     /// A fresh instance in a fresh store. Does not call `init`.
     pub fn instantiate(self: &Arc<Self>) -> Result<GuestInstance, Error> {
-        let engine = self.pre.engine();
-        let mut wasi = WasiCtxBuilder::new();
-        if self.policy.capabilities.stderr {
-            wasi.inherit_stderr();
-        }
-        for preopen in &self.policy.capabilities.preopens {
-            wasi.preopened_dir(&preopen.host, &preopen.guest, FsPerms::ReadOnly).map_err(|e| Error::GuestLoad {
-                guest: self.label.to_string(),
-                reason: format!("cannot preopen {}: {e:#}", preopen.host.display()),
-            })?;
-        }
-        let memory_cap = usize::try_from(self.policy.limits.memory_bytes).unwrap_or(usize::MAX);
-        let limits = GuestLimits {
-            inner: StoreLimitsBuilder::new()
-                .memory_size(memory_cap)
-                .table_elements(MAX_TABLE_ELEMENTS)
-                .instances(32)
-                .tables(32)
-                .memories(8)
-                .build(),
-            memory_cap,
-            refused_growth: None,
-            refused_table_growth: None,
-        };
-        let mut table = ResourceTable::new();
-        table.set_max_capacity(MAX_GUEST_RESOURCES);
-        let state = GuestState { guest: self.label.clone(), wasi: wasi.build(), table, limits };
-        let mut store = Store::new(engine, state);
-        store.limiter(|state| &mut state.limits);
-        store.epoch_deadline_trap();
+        let store = new_store(self.pre.engine(), &self.label, &self.policy.limits, &self.policy.capabilities)?;
         let mut instance = GuestInstance { program: self.clone(), store, bindings: None, fault: None };
         let bindings = instance.call("instantiate", |store, _| {
             // `pre` was built by this engine; instantiation runs the guest's start code.
@@ -402,40 +356,12 @@ impl GuestInstance {
             });
         }
         let deadline_ms = self.program.policy.limits.call_deadline_ms;
-        let ticks = deadline_ms.div_ceil(EPOCH_TICK.as_millis() as u64).max(1);
-        self.store.set_epoch_deadline(ticks);
-        let running = ActiveCall::start();
-        let outcome = body(&mut self.store, self.bindings.as_ref());
-        drop(running);
-        match outcome {
-            Ok(value) => Ok(value),
-            Err(error) => {
-                let guest = self.program.label.to_string();
-                let fault = match error.downcast_ref::<Trap>() {
-                    Some(Trap::Interrupt) => Error::GuestTimeout { guest, call: call.to_owned(), deadline_ms },
-                    trap => {
-                        let mut reason = describe_trap(trap.copied(), &error);
-                        let limits = &self.store.data().limits;
-                        if let Some(desired) = limits.refused_growth {
-                            reason.push_str(&format!(
-                                "; before it, the guest asked to grow its memory to {desired} bytes, past its cap of {} \
-                                 bytes (policy limits.memory-bytes)",
-                                limits.memory_cap
-                            ));
-                        }
-                        if let Some(desired) = limits.refused_table_growth {
-                            reason.push_str(&format!(
-                                "; before it, the guest asked to grow a table to {desired} elements, past the host's cap \
-                                 of {MAX_TABLE_ELEMENTS}"
-                            ));
-                        }
-                        Error::GuestTrap { guest, call: call.to_owned(), reason }
-                    }
-                };
-                self.fault = Some(fault.clone());
-                Err(fault)
-            }
+        let bindings = self.bindings.as_ref();
+        let outcome = guarded(&mut self.store, deadline_ms, call, |store| body(store, bindings));
+        if let Err(fault) = &outcome {
+            self.fault = Some(fault.clone());
         }
+        outcome
     }
 
     /// The bindings of an instantiated guest.
@@ -448,6 +374,197 @@ impl GuestInstance {
             let bindings = bindings.ok_or_else(|| wasmtime::Error::msg("guest not instantiated"))?;
             body(bindings, store)
         })
+    }
+}
+
+/// A fresh store for one instance of the guest `label`: its memory cap and
+/// table limits, a WASI context holding only what `capabilities` grant, at
+/// most [`MAX_GUEST_RESOURCES`] resources, and epoch deadlines that trap.
+pub(crate) fn new_store(
+    engine: &Engine,
+    label: &Arc<str>,
+    limits: &Limits,
+    capabilities: &Capabilities,
+) -> Result<Store<GuestState>, Error> {
+    let mut wasi = WasiCtxBuilder::new();
+    if capabilities.stderr {
+        wasi.inherit_stderr();
+    }
+    for preopen in &capabilities.preopens {
+        wasi.preopened_dir(&preopen.host, &preopen.guest, FsPerms::ReadOnly).map_err(|e| Error::GuestLoad {
+            guest: label.to_string(),
+            reason: format!("cannot preopen {}: {e:#}", preopen.host.display()),
+        })?;
+    }
+    let memory_cap = usize::try_from(limits.memory_bytes).unwrap_or(usize::MAX);
+    let limits = GuestLimits {
+        inner: StoreLimitsBuilder::new()
+            .memory_size(memory_cap)
+            .table_elements(MAX_TABLE_ELEMENTS)
+            .instances(32)
+            .tables(32)
+            .memories(8)
+            .build(),
+        memory_cap,
+        refused_growth: None,
+        refused_table_growth: None,
+    };
+    let mut table = ResourceTable::new();
+    table.set_max_capacity(MAX_GUEST_RESOURCES);
+    let state = GuestState { guest: label.clone(), wasi: wasi.build(), table, limits };
+    let mut store = Store::new(engine, state);
+    store.limiter(|state| &mut state.limits);
+    store.epoch_deadline_trap();
+    Ok(store)
+}
+
+/// Runs one host→guest call under a deadline of `deadline_ms` and maps a
+/// trap, a deadline stop or a refused growth to an error that names the
+/// guest and the export (`call`).
+pub(crate) fn guarded<R>(
+    store: &mut Store<GuestState>,
+    deadline_ms: u64,
+    call: &str,
+    body: impl FnOnce(&mut Store<GuestState>) -> wasmtime::Result<R>,
+) -> Result<R, Error> {
+    let ticks = deadline_ms.div_ceil(EPOCH_TICK.as_millis() as u64).max(1);
+    store.set_epoch_deadline(ticks);
+    let running = ActiveCall::start();
+    let outcome = body(store);
+    drop(running);
+    outcome.map_err(|error| {
+        let guest = store.data().guest.to_string();
+        match error.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => Error::GuestTimeout { guest, call: call.to_owned(), deadline_ms },
+            trap => {
+                let mut reason = describe_trap(trap.copied(), &error);
+                let limits = &store.data().limits;
+                if let Some(desired) = limits.refused_growth {
+                    reason.push_str(&format!(
+                        "; before it, the guest asked to grow its memory to {desired} bytes, past its cap of {} \
+                         bytes (policy limits.memory-bytes)",
+                        limits.memory_cap
+                    ));
+                }
+                if let Some(desired) = limits.refused_table_growth {
+                    reason.push_str(&format!(
+                        "; before it, the guest asked to grow a table to {desired} elements, past the host's cap \
+                         of {MAX_TABLE_ELEMENTS}"
+                    ));
+                }
+                Error::GuestTrap { guest, call: call.to_owned(), reason }
+            }
+        }
+    })
+}
+
+/// A WIT world the sandbox runs guests of.
+pub(crate) struct World {
+    /// `tfwasm:device`
+    pub package: &'static str,
+    /// The version this host speaks.
+    pub version: &'static str,
+    /// The world's name, for messages.
+    pub name: &'static str,
+    /// The interfaces a guest of the world exports.
+    pub exports: &'static [&'static str],
+    /// Where the world's WIT lives in the repository, for messages.
+    pub wit: &'static str,
+}
+
+pub(crate) const DEVICE_WORLD: World = World {
+    package: "tfwasm:device",
+    version: DEVICE_WIT_VERSION,
+    name: "device",
+    exports: &["identity", "memory", "streams"],
+    wit: "wit/device",
+};
+
+impl World {
+    /// The message for a component built against another version of this
+    /// world's package (imported or exported, at a version the linker would
+    /// not match), if it is one.
+    fn other_version<'a>(&self, names: impl Iterator<Item = &'a &'a str>) -> Option<String> {
+        let others: std::collections::BTreeSet<String> = names
+            .map(|name| package_of(name))
+            .filter(|(package, _)| *package == self.package)
+            .filter(|(_, version)| !version.is_some_and(|v| semver_compatible(v, self.version)))
+            .map(|(package, version)| version.map_or_else(|| package.to_owned(), |v| format!("{package}@{v}")))
+            .collect();
+        if others.is_empty() {
+            return None;
+        }
+        let others: Vec<String> = others.into_iter().collect();
+        Some(format!(
+            "it is built against {}, but this host speaks {}@{}: rebuild it against this release's {}",
+            others.join(" and "),
+            self.package,
+            self.version,
+            self.wit
+        ))
+    }
+
+    /// Which of the world's interfaces a component with these exports lacks.
+    pub(crate) fn missing_exports(&self, exports: &[String]) -> String {
+        let wanted: Vec<String> =
+            self.exports.iter().map(|i| format!("{}/{i}@{}", self.package, self.version)).collect();
+        let missing: Vec<&str> = wanted.iter().filter(|w| !exports.contains(w)).map(String::as_str).collect();
+        if missing.is_empty() {
+            format!("it does not export the `{}/{}@{}` world", self.package, self.name, self.version)
+        } else {
+            format!(
+                "it does not export {} (a {} guest exports {})",
+                missing.join(", "),
+                self.name,
+                self.exports.join(", ")
+            )
+        }
+    }
+}
+
+/// A guest file to load: read, pinned, compiled (or found in the cache),
+/// and checked against its world and its policy's capabilities.
+pub(crate) struct GuestSource<'a> {
+    pub label: &'a str,
+    pub path: &'a std::path::Path,
+    pub sha256: Option<&'a str>,
+    pub capabilities: &'a Capabilities,
+    pub world: &'a World,
+}
+
+impl GuestSource<'_> {
+    /// The component, whether it came from the cache, and its export names.
+    pub(crate) fn compile(&self, cache_dir: Option<&std::path::Path>) -> Result<(Component, bool, Vec<String>), Error> {
+        let load_err = |reason: String| Error::GuestLoad { guest: self.label.to_owned(), reason };
+        let engine = engine()?;
+        let bytes =
+            std::fs::read(self.path).map_err(|e| load_err(format!("cannot read {}: {e}", self.path.display())))?;
+        if let Some(pinned) = self.sha256 {
+            let actual = cache::sha256_hex(&bytes);
+            if !actual.eq_ignore_ascii_case(pinned) {
+                return Err(load_err(format!(
+                    "{} is not the guest the policy pins: sha256 = {pinned}, the file's SHA-256 is {actual}",
+                    self.path.display()
+                )));
+            }
+        }
+        let (component, cached) = cache::compile(engine, &bytes, cache_dir).map_err(|e| {
+            load_err(format!(
+                "not a valid wasm component ({e:#}); build guests for wasm32-wasip2 with wit-bindgen against {}",
+                self.world.wit
+            ))
+        })?;
+        let ty = component.component_type();
+        let imports: Vec<&str> = ty.imports(engine).map(|(name, _)| name).collect();
+        let exports: Vec<&str> = ty.exports(engine).map(|(name, _)| name).collect();
+        if let Some(reason) = self.world.other_version(imports.iter().chain(&exports)) {
+            return Err(load_err(reason));
+        }
+        if let Some(reason) = refused_imports(&imports, self.capabilities) {
+            return Err(load_err(reason));
+        }
+        let exports = exports.into_iter().map(str::to_owned).collect();
+        Ok((component, cached, exports))
     }
 }
 
@@ -521,27 +638,6 @@ fn package_of(name: &str) -> (&str, Option<&str>) {
     (path.split('/').next().unwrap_or(path), version)
 }
 
-/// The message for a guest built against a `tfwasm:device` this host does
-/// not speak (imported or exported, at a version the linker would not match
-/// with [`DEVICE_WIT_VERSION`]), if it is one.
-fn other_device_version<'a>(names: impl Iterator<Item = &'a &'a str>) -> Option<String> {
-    let others: std::collections::BTreeSet<String> = names
-        .map(|name| package_of(name))
-        .filter(|(package, _)| *package == "tfwasm:device")
-        .filter(|(_, version)| !version.is_some_and(|v| semver_compatible(v, DEVICE_WIT_VERSION)))
-        .map(|(package, version)| version.map_or_else(|| package.to_owned(), |v| format!("{package}@{v}")))
-        .collect();
-    if others.is_empty() {
-        return None;
-    }
-    let others: Vec<String> = others.into_iter().collect();
-    Some(format!(
-        "it is built against {}, but this host speaks tfwasm:device@{DEVICE_WIT_VERSION}: rebuild it against this \
-         release's wit/device",
-        others.join(" and ")
-    ))
-}
-
 /// Why the policy refuses the WASI import `name` (`wasi:random/random@0.2.6`),
 /// or `None` when it grants it.
 ///
@@ -552,7 +648,7 @@ fn other_device_version<'a>(names: impl Iterator<Item = &'a &'a str>) -> Option<
 /// capability. Sockets, and anything tfwasm does not provide, never.
 pub fn refused_import(name: &str, capabilities: &Capabilities) -> Option<&'static str> {
     match package_of(name).0 {
-        "tfwasm:device" | "wasi:io" | "wasi:cli" => None,
+        "tfwasm:device" | "tfwasm:optimizer" | "wasi:io" | "wasi:cli" => None,
         "wasi:filesystem" if !capabilities.preopens.is_empty() => None,
         "wasi:filesystem" => Some("files: the policy preopens no directory (capabilities.preopens)"),
         "wasi:clocks" if capabilities.clocks => None,
@@ -596,17 +692,6 @@ fn semver_compatible(wanted: &str, provided: &str) -> bool {
         (Some((0, a)), Some((0, b))) => a == b,
         (Some((a, _)), Some((b, _))) => a == b,
         _ => false,
-    }
-}
-
-/// Which of the device world's interfaces a component with these exports lacks.
-fn missing_exports(exports: &[&str]) -> String {
-    let wanted = ["identity", "memory", "streams"].map(|i| format!("tfwasm:device/{i}@{DEVICE_WIT_VERSION}"));
-    let missing: Vec<&str> = wanted.iter().filter(|w| !exports.contains(&w.as_str())).map(String::as_str).collect();
-    if missing.is_empty() {
-        format!("it does not export the `tfwasm:device/device@{DEVICE_WIT_VERSION}` world")
-    } else {
-        format!("it does not export {} (a device guest exports identity, memory and streams)", missing.join(", "))
     }
 }
 
@@ -672,22 +757,24 @@ mod tests {
     #[test]
     fn another_device_version_is_named() {
         let names = ["tfwasm:device/types@9.0.0", "wasi:io/error@0.2.6", "tfwasm:device/identity@9.0.0"];
-        let reason = other_device_version(names.iter()).expect("9.0.0 is not 0.1.0");
+        let reason = DEVICE_WORLD.other_version(names.iter()).expect("9.0.0 is not 0.1.0");
         assert!(
             reason.contains("built against tfwasm:device@9.0.0, but this host speaks tfwasm:device@0.1.0"),
             "{reason}"
         );
-        let reason = other_device_version(["tfwasm:device/host@0.2.0", "tfwasm:device/host"].iter()).unwrap();
+        let reason = DEVICE_WORLD.other_version(["tfwasm:device/host@0.2.0", "tfwasm:device/host"].iter()).unwrap();
         assert!(reason.contains("tfwasm:device and tfwasm:device@0.2.0"), "{reason}");
-        assert_eq!(other_device_version(["tfwasm:device/host@0.1.3", "tfwasm:device/memory@0.1.0"].iter()), None);
+        assert_eq!(DEVICE_WORLD.other_version(["tfwasm:device/host@0.1.3", "tfwasm:device/memory@0.1.0"].iter()), None);
     }
 
     #[test]
     fn a_missing_export_is_named() {
-        let reason = missing_exports(&["tfwasm:device/identity@0.1.0", "tfwasm:device/memory@0.1.0"]);
+        let owned = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let reason =
+            DEVICE_WORLD.missing_exports(&owned(&["tfwasm:device/identity@0.1.0", "tfwasm:device/memory@0.1.0"]));
         assert!(reason.contains("does not export tfwasm:device/streams@0.1.0"), "{reason}");
         assert!(!reason.contains("memory@"), "{reason}");
-        let reason = missing_exports(&[]);
+        let reason = DEVICE_WORLD.missing_exports(&[]);
         assert!(reason.contains("identity@0.1.0, tfwasm:device/memory@0.1.0, tfwasm:device/streams@0.1.0"), "{reason}");
     }
 }
