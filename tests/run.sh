@@ -6,6 +6,7 @@
 #                                                incl. the C-layout check against the wheel's headers)
 #                                                + tests/cli (the `tfwasm check` suite on real guests)
 #   2. cargo test -p tfwasm-reference-device     the reference guest's own unit tests, natively
+#      bash guest/c-device/build.sh test          the C guest's unit tests, natively (ASan, UBSan)
 #   3. cargo check -p tfwasm-runtime -p tfwasm-cli --target …
 #                                                the runtime and the command build for Windows and macOS
 #   4. pytest tests/python                       the plugin inside the real TensorFlow
@@ -69,6 +70,7 @@ export TFWASM_TF_INCLUDE
 # so the dependencies (wasmtime above all) are reused, not rebuilt.
 run "host tests" cargo test --release -p tfwasm -p tfwasm-runtime -p tfwasm-kernels -p tfwasm-cli
 run "guest unit tests" cargo test -p tfwasm-reference-device -p tfwasm-hostile-device
+run "C guest unit tests" bash guest/c-device/build.sh test
 
 # The runtime (sandbox, policy, device) is what a guest author runs on any OS.
 # `cargo check` proves it builds for Windows and macOS without linking.

@@ -43,6 +43,9 @@ step "Build guests (wasm32-wasip2, profile guest)"
 cargo build --target "$WASM_TARGET" --profile guest \
     -p tfwasm-reference-device -p tfwasm-hostile-device
 
+step "Build the C guest (guest/c-device: clang, wit-bindgen c, wasm-tools)"
+bash guest/c-device/build.sh
+
 step "Build host and the tfwasm command (release)"
 cargo build --release -p tfwasm -p tfwasm-cli
 
