@@ -94,8 +94,12 @@ impl DeviceArena {
         self.base.as_ptr()
     }
 
-    /// Checks a guest's placement and records it as live.
+    /// Checks a guest's placement and records it as live. A zero-byte
+    /// placement takes one byte: every allocation has an address of its own
+    /// (recorded at size 0 at the start of a live block, it would replace
+    /// that block's record).
     pub fn commit(&self, offset: u64, size: u64) -> Result<*mut u8, PlacementError> {
+        let size = size.max(1);
         let end = offset.checked_add(size).filter(|&end| end <= self.len);
         if end.is_none() {
             return Err(PlacementError::OutOfBounds { offset, size, region: self.len });
@@ -319,6 +323,21 @@ mod tests {
         assert_eq!(arena.release(p), None);
         arena.commit(0, 64).unwrap();
         assert!(arena.release(std::ptr::null()).is_none());
+    }
+
+    #[test]
+    fn a_zero_byte_placement_takes_a_byte() {
+        // Found by the arena fuzz test (host/runtime/tests/fuzz): at the
+        // start of a live block, a zero-byte placement passed the overlap
+        // check and overwrote the block's record with size 0.
+        let arena = DeviceArena::new(1 << 16, Pages::Small).unwrap();
+        arena.commit(0, 512).unwrap();
+        assert!(matches!(arena.commit(0, 0), Err(PlacementError::Overlap { live_offset: 0, live_size: 512, .. })));
+        assert!(matches!(arena.commit(256, 0), Err(PlacementError::Overlap { .. })));
+        assert!(matches!(arena.commit(1 << 16, 0), Err(PlacementError::OutOfBounds { .. })));
+        assert_eq!(arena.live(), [(0, 512)]);
+        arena.commit(512, 0).unwrap();
+        assert_eq!(arena.live(), [(0, 512), (512, 1)]);
     }
 
     #[test]

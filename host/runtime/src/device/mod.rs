@@ -134,8 +134,12 @@ struct StreamRecord {
     queue: Arc<StreamQueue>,
     /// The guest's id, while the instance that issued it is alive.
     guest_id: Option<u64>,
-    /// Dependencies TensorFlow asked for that the next piece of work must honour.
+    /// Dependencies TensorFlow asked for that the next piece of work must
+    /// honour, and that the guest was told of: its ticket must carry them.
     required: Vec<(Arc<StreamQueue>, u64)>,
+    /// The same, for waits the guest could not be told of (on a stream or
+    /// event it does not know, or that it declined): the host adds them.
+    host_waits: Vec<(Arc<StreamQueue>, u64)>,
 }
 
 struct EventRecord {
@@ -480,7 +484,7 @@ impl Device {
         let guest_id = self.optional_guest_id(&mut slot, "streams.create-stream", |g, s| {
             g.tfwasm_device_streams().call_create_stream(s)
         });
-        slot.streams.insert(handle, StreamRecord { queue, guest_id, required: Vec::new() });
+        slot.streams.insert(handle, StreamRecord { queue, guest_id, required: Vec::new(), host_waits: Vec::new() });
         Ok(handle)
     }
 
@@ -512,7 +516,7 @@ impl Device {
             self.traffic.record(path, bytes);
         }
         let mut slot = self.slot.lock();
-        let ordered = self.order(&mut slot, handle, true, "streams.submit", |g, s, id| {
+        let ordered = self.order(&mut slot, handle, "streams.submit", |g, s, id| {
             g.tfwasm_device_streams().call_submit(s, id, kind)
         })?;
         self.run_or_enqueue(&mut slot, ordered, work, bytes.is_some_and(|bytes| bytes <= INLINE_WORK_MAX_BYTES));
@@ -546,15 +550,22 @@ impl Device {
     pub fn add_dependency(&self, dependent: Handle, other: Handle, other_queue: Arc<StreamQueue>) -> Result<(), Error> {
         let mut slot = self.slot.lock();
         let other_id = slot.streams.get(&other).and_then(|r| r.guest_id);
-        let record = slot.streams.get_mut(&dependent).ok_or_else(|| self.unknown("stream", dependent))?;
+        let record = slot.streams.get(&dependent).ok_or_else(|| self.unknown("stream", dependent))?;
         let target = other_queue.submitted();
-        if target > other_queue.completed() && dependent != other {
-            record.required.push((other_queue, target));
-        }
-        if let (Some(a), Some(b)) = (record.guest_id, other_id) {
-            self.ignore_refusal(&mut slot, "streams.add-dependency", |g, s| {
+        let pending = target > other_queue.completed() && dependent != other;
+        // The guest's tickets must carry only the waits it was told of.
+        let told = match (record.guest_id, other_id) {
+            (Some(a), Some(b)) => self.ignore_refusal(&mut slot, "streams.add-dependency", |g, s| {
                 g.tfwasm_device_streams().call_add_dependency(s, a, b)
-            });
+            }),
+            _ => false,
+        };
+        if pending {
+            let record = slot.streams.get_mut(&dependent).expect("checked above, under the same lock");
+            match told {
+                true => record.required.push((other_queue, target)),
+                false => record.host_waits.push((other_queue, target)),
+            }
         }
         Ok(())
     }
@@ -618,15 +629,24 @@ impl Device {
     pub fn record_event(&self, stream: Handle, event: Handle) -> Result<(), Error> {
         let mut slot = self.slot.lock();
         let event_id = slot.events.get(&event).ok_or_else(|| self.unknown("event", event))?.guest_id;
-        let ordered = self.order(&mut slot, stream, event_id.is_some(), "streams.record-event", |g, s, id| {
-            let event_id = event_id.expect("asked only when the guest knows the event");
-            g.tfwasm_device_streams().call_record_event(s, id, event_id)
-        })?;
+        // An event the guest does not know (made before its instance, or
+        // one it declined to make) still gets its marker ordered by the
+        // guest on a stream the guest orders: a seq the host took for
+        // itself there would be the one the guest hands out next, and the
+        // host would refuse that honest ticket as a bad seq.
+        let ordered = match event_id {
+            Some(event_id) => self.order(&mut slot, stream, "streams.record-event", |g, s, id| {
+                g.tfwasm_device_streams().call_record_event(s, id, event_id)
+            })?,
+            None => self.order(&mut slot, stream, "streams.submit", |g, s, id| {
+                g.tfwasm_device_streams().call_submit(s, id, WorkKind::EventMarker)
+            })?,
+        };
         let (queue, seq, by_guest) = (ordered.queue.clone(), ordered.seq, ordered.by_guest);
         self.run_or_enqueue(&mut slot, ordered, Box::new(|| Ok(())), true);
         if let Some(record) = slot.events.get_mut(&event) {
             record.marker = Some((queue, seq));
-            record.guest_recorded = by_guest;
+            record.guest_recorded = by_guest && event_id.is_some();
         }
         Ok(())
     }
@@ -634,17 +654,26 @@ impl Device {
     pub fn wait_for_event(&self, stream: Handle, event: Handle) -> Result<(), Error> {
         let mut slot = self.slot.lock();
         let record = slot.events.get(&event).ok_or_else(|| self.unknown("event", event))?;
-        let (marker, event_id) = (record.marker.clone(), record.guest_id);
-        let stream_record = slot.streams.get_mut(&stream).ok_or_else(|| self.unknown("stream", stream))?;
+        let (marker, event_id, guest_recorded) = (record.marker.clone(), record.guest_id, record.guest_recorded);
+        let stream_id = slot.streams.get(&stream).ok_or_else(|| self.unknown("stream", stream))?.guest_id;
+        // The guest knows the wait only if it ordered the event's marker.
+        let told = match (stream_id, event_id) {
+            (Some(s_id), Some(e_id)) => {
+                let agreed = self.ignore_refusal(&mut slot, "streams.wait-event", |g, s| {
+                    g.tfwasm_device_streams().call_wait_event(s, s_id, e_id)
+                });
+                agreed && guest_recorded
+            }
+            _ => false,
+        };
         if let Some((queue, seq)) = marker {
             if queue.completed() < seq && queue.id != stream {
-                stream_record.required.push((queue, seq));
+                let record = slot.streams.get_mut(&stream).expect("checked above, under the same lock");
+                match told {
+                    true => record.required.push((queue, seq)),
+                    false => record.host_waits.push((queue, seq)),
+                }
             }
-        }
-        if let (Some(s_id), Some(e_id)) = (stream_record.guest_id, event_id) {
-            self.ignore_refusal(&mut slot, "streams.wait-event", |g, s| {
-                g.tfwasm_device_streams().call_wait_event(s, s_id, e_id)
-            });
         }
         Ok(())
     }
@@ -721,11 +750,16 @@ impl Device {
     pub fn mark_timer(&self, stream: Handle, timer: Handle, start: bool) -> Result<(), Error> {
         let mut slot = self.slot.lock();
         let timer_id = slot.timers.get(&timer).ok_or_else(|| self.unknown("timer", timer))?.guest_id;
-        let Ordered { queue, seq, after, .. } =
-            self.order(&mut slot, stream, timer_id.is_some(), "streams.mark-timer", |g, s, id| {
-                let timer_id = timer_id.expect("asked only when the guest knows the timer");
+        // As for events (`record_event`): the guest orders the marker of a
+        // timer it does not know as plain work.
+        let Ordered { queue, seq, after, .. } = match timer_id {
+            Some(timer_id) => self.order(&mut slot, stream, "streams.mark-timer", |g, s, id| {
                 g.tfwasm_device_streams().call_mark_timer(s, id, timer_id, start)
-            })?;
+            })?,
+            None => self.order(&mut slot, stream, "streams.submit", |g, s, id| {
+                g.tfwasm_device_streams().call_submit(s, id, WorkKind::TimerMarker)
+            })?,
+        };
         let record = slot.timers.get_mut(&timer).expect("checked above, under the same lock");
         let times = record.times.clone();
         let index = usize::from(!start);
@@ -813,7 +847,6 @@ impl Device {
         &self,
         slot: &mut GuestSlot,
         stream: Handle,
-        guest_orders: bool,
         call: &str,
         ask: impl FnOnce(
             &crate::sandbox::Device,
@@ -823,12 +856,15 @@ impl Device {
     ) -> Result<Ordered, Error> {
         let record = slot.streams.get_mut(&stream).ok_or_else(|| self.unknown("stream", stream))?;
         let required = std::mem::take(&mut record.required);
+        let host_waits = std::mem::take(&mut record.host_waits);
         let queue = record.queue.clone();
-        let guest_id = record.guest_id.filter(|_| guest_orders);
+        let guest_id = record.guest_id;
         // Waits on another device's streams are beyond the guest's view (its
-        // ids are per instance): the host always adds those itself.
-        let (local, foreign): (Vec<_>, Vec<_>) =
+        // ids are per instance): the host always adds those itself, as it
+        // does the waits the guest was not told of.
+        let (local, mut foreign): (Vec<_>, Vec<_>) =
             required.into_iter().partition(|(q, _)| ordinal_of(q.id) == self.ordinal);
+        foreign.extend(host_waits);
         let host_order = |mut after: Vec<(Arc<StreamQueue>, u64)>, foreign: Vec<(Arc<StreamQueue>, u64)>| {
             after.extend(foreign);
             Ordered { seq: queue.submitted() + 1, after, queue: queue.clone(), by_guest: false }
@@ -967,6 +1003,7 @@ impl Device {
         }
     }
 
+    /// A call whose refusal only needs logging; true if the guest agreed.
     fn ignore_refusal(
         &self,
         slot: &mut GuestSlot,
@@ -975,11 +1012,17 @@ impl Device {
             &crate::sandbox::Device,
             &mut wasmtime::Store<crate::sandbox::GuestState>,
         ) -> wasmtime::Result<Result<(), DeviceError>>,
-    ) {
+    ) -> bool {
         match self.guest_call(slot, call, body) {
-            Ok(Ok(())) => {}
-            Ok(Err(refusal)) => tracing::warn!("{}", self.refused(call, refusal)),
-            Err(e) => tracing::debug!("{e}"),
+            Ok(Ok(())) => true,
+            Ok(Err(refusal)) => {
+                tracing::warn!("{}", self.refused(call, refusal));
+                false
+            }
+            Err(e) => {
+                tracing::debug!("{e}");
+                false
+            }
         }
     }
 
