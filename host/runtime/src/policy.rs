@@ -16,6 +16,51 @@ pub struct Policy {
     pub device: DeviceSection,
     #[serde(default)]
     pub capabilities: Capabilities,
+    /// The graph-optimizer passes, in the order they run (`[[pass]]`).
+    #[serde(default, rename = "pass")]
+    pub passes: Vec<PassSection>,
+}
+
+/// One pass of the optimizer pipeline (`[[pass]]`): a guest of the world
+/// `pass` (`wit/optimizer`), its limits and its options.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PassSection {
+    /// Names the pass in the pass list and in messages.
+    pub name: String,
+    pub path: PathBuf,
+    /// `false` loads the pass but leaves it off until it is enabled.
+    #[serde(default = "PassSection::default_enabled")]
+    pub enabled: bool,
+    /// The pass's SHA-256, if the operator pins it.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Reload the pass when its file changes (checked every few hundred ms).
+    #[serde(default)]
+    pub watch: bool,
+    /// Guest memory cap and per-call deadline; a graph is larger work than a
+    /// device decision, hence larger defaults.
+    #[serde(default = "PassSection::default_limits")]
+    pub limits: Limits,
+    #[serde(default)]
+    pub capabilities: Capabilities,
+    /// Options handed to every `optimize` call as `context.options`.
+    #[serde(default)]
+    pub config: toml::Table,
+}
+
+impl PassSection {
+    fn default_enabled() -> bool {
+        true
+    }
+    fn default_limits() -> Limits {
+        Limits { memory_bytes: 256 << 20, call_deadline_ms: 2000 }
+    }
+
+    /// `[pass.config]` flattened to the key/value strings the pass receives.
+    pub fn options(&self) -> Vec<(String, String)> {
+        flatten(&self.config)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -154,15 +199,38 @@ impl Policy {
                 preopen.host = base.join(&preopen.host);
             }
         }
+        for pass in &mut self.passes {
+            if pass.path.is_relative() {
+                pass.path = base.join(&pass.path);
+            }
+            for preopen in &mut pass.capabilities.preopens {
+                if preopen.host.is_relative() {
+                    preopen.host = base.join(&preopen.host);
+                }
+            }
+        }
     }
 
     pub fn validate(&self) -> Result<(), String> {
         if self.guest.name.trim().is_empty() {
             return Err("guest.name must not be empty".into());
         }
-        if let Some(pin) = &self.guest.sha256 {
-            if pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(format!("guest.sha256 = {pin:?} is not a SHA-256 digest (64 hex digits)"));
+        check_pin("guest.sha256", self.guest.sha256.as_deref())?;
+        let mut names = std::collections::HashSet::new();
+        for (i, pass) in self.passes.iter().enumerate() {
+            let at = format!("pass[{i}] ({})", pass.name);
+            if pass.name.trim().is_empty() {
+                return Err(format!("pass[{i}].name must not be empty"));
+            }
+            if !names.insert(pass.name.as_str()) {
+                return Err(format!("{at}: two passes are named {:?}", pass.name));
+            }
+            check_pin(&format!("{at}.sha256"), pass.sha256.as_deref())?;
+            if pass.limits.call_deadline_ms == 0 {
+                return Err(format!("{at}.limits.call-deadline-ms must be at least 1"));
+            }
+            if pass.limits.memory_bytes < (1 << 16) {
+                return Err(format!("{at}.limits.memory-bytes must be at least one wasm page (65536)"));
             }
         }
         if self.device.count > MAX_DEVICES {
@@ -191,17 +259,7 @@ impl Policy {
 
     /// `[guest.config]` flattened to the key/value strings the guest receives.
     pub fn guest_options(&self) -> Vec<(String, String)> {
-        self.guest
-            .config
-            .iter()
-            .map(|(k, v)| {
-                let value = match v {
-                    toml::Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                (k.clone(), value)
-            })
-            .collect()
+        flatten(&self.guest.config)
     }
 
     /// The policy used when tests or tools build one in code.
@@ -211,7 +269,32 @@ impl Policy {
             limits: Limits::default(),
             device: DeviceSection::default(),
             capabilities: Capabilities::default(),
+            passes: Vec::new(),
         }
+    }
+}
+
+/// A config table as key/value strings (strings as they are, other values as TOML).
+fn flatten(table: &toml::Table) -> Vec<(String, String)> {
+    table
+        .iter()
+        .map(|(k, v)| {
+            let value = match v {
+                toml::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k.clone(), value)
+        })
+        .collect()
+}
+
+/// A pinned digest, if any, is 64 hex digits.
+fn check_pin(key: &str, pin: Option<&str>) -> Result<(), String> {
+    match pin {
+        Some(pin) if pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Err(format!("{key} = {pin:?} is not a SHA-256 digest (64 hex digits)"))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -257,6 +340,27 @@ mod tests {
         let greedy = "[guest]\nname='x'\npath='x.wasm'\n[device]\nmemory-bytes=16777216\nrecycle-bytes=16777217\n";
         let p: Policy = toml::from_str(greedy).unwrap();
         assert!(p.validate().unwrap_err().contains("recycle-bytes"));
+    }
+
+    #[test]
+    fn passes_parse_in_order_with_their_own_limits() {
+        let text = "[guest]\nname='x'\npath='x.wasm'\n\
+                    [[pass]]\nname='fuse'\npath='fuse.wasm'\n[pass.config]\nlevel=2\n\
+                    [[pass]]\nname='other'\npath='/abs/other.wasm'\nenabled=false\nwatch=true\n\
+                    [pass.limits]\ncall-deadline-ms=50\n";
+        let mut p: Policy = toml::from_str(text).unwrap();
+        p.resolve_paths(Path::new("/policies"));
+        p.validate().unwrap();
+        assert_eq!(p.passes.len(), 2);
+        assert_eq!(p.passes[0].path, Path::new("/policies/fuse.wasm"));
+        assert_eq!(p.passes[0].options(), vec![("level".to_owned(), "2".to_owned())]);
+        assert!(p.passes[0].enabled && !p.passes[0].watch);
+        assert_eq!(p.passes[0].limits.call_deadline_ms, 2000, "a pass's default deadline");
+        assert!(!p.passes[1].enabled && p.passes[1].watch);
+        assert_eq!(p.passes[1].limits.call_deadline_ms, 50);
+        let twice = "[guest]\nname='x'\npath='x.wasm'\n[[pass]]\nname='a'\npath='a'\n[[pass]]\nname='a'\npath='b'\n";
+        assert!(toml::from_str::<Policy>(twice).unwrap().validate().unwrap_err().contains("two passes"));
+        assert!(toml::from_str::<Policy>("[guest]\nname='x'\npath='x'\n[[pass]]\nname='a'\npath='a'\nodd=1\n").is_err());
     }
 
     #[test]
