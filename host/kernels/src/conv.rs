@@ -1,6 +1,8 @@
-//! float32 NHWC `Conv2D`, NDHWC `Conv3D`, their backprops, (in
-//! [`depthwise`]) the depthwise convolution and its backprops, and (in
-//! [`pooling`]) 2-D and 3-D max and average pooling with their gradients.
+//! float32 NHWC `Conv2D`, NDHWC `Conv3D`, their backprops, `_FusedConv2D`
+//! (a `Conv2D` whose output goes through a bias or batch norm and an
+//! activation, [`super::epilogue`]), (in [`depthwise`]) the depthwise
+//! convolution and its backprops, and (in [`pooling`]) 2-D and 3-D max and
+//! average pooling with their gradients.
 //!
 //! 2-D and 3-D convolutions share one geometry with three spatial windows
 //! (planes, rows, columns); a 2-D convolution has a single plane and a 1-tap
@@ -19,7 +21,9 @@
 //! - filter: `dfilter = Σ colsᵀ · grad` over tiles of output pixels.
 //!
 //! Tiles are sized to keep the scratch matrix in cache and spread over the
-//! compute pool; small problems run inline on the calling thread.
+//! compute pool; small problems run inline on the calling thread. A fused
+//! convolution finishes each tile of output right after its product; a 1×1
+//! one, whose product runs whole, in one pass afterwards.
 //!
 //! Only `data_format = "NHWC"` / `"NDHWC"` is implemented; channels-first is
 //! refused with `Unimplemented` when the kernel is built (TensorFlow's own
@@ -32,6 +36,7 @@ mod pooling;
 
 use rayon::prelude::*;
 
+use super::epilogue::{Epilogue, FusedOps, FusedProduct};
 use super::pool;
 use super::sgemm::{Destination, Operand, Product};
 use super::shape::ShapeDisplay;
@@ -40,6 +45,9 @@ use crate::error::code::UNIMPLEMENTED;
 use crate::error::Error;
 
 const T_F32: &[(&str, &[DType])] = types::T_F32;
+/// `_FusedConv2D`'s extra inputs (`args`) are typed by the list `TArgs`:
+/// the constraint holds for every element.
+const T_TARGS_F32: &[(&str, &[DType])] = &[("T", types::F32), ("TArgs", types::F32)];
 
 pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("Conv2D", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::Forward, 2, a)?))).deferrable(),
@@ -49,6 +57,7 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("Conv2DBackpropFilter", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::BackpropFilter, 2, a)?)))
         .host_memory(&["filter_sizes"])
         .deferrable(),
+    KernelDef::new("_FusedConv2D", T_TARGS_F32, |a| Ok(Box::new(ConvKernel::fused(a)?))).deferrable(),
     KernelDef::new("Conv3D", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::Forward, 3, a)?))).deferrable(),
     KernelDef::new("Conv3DBackpropInputV2", T_F32, |a| Ok(Box::new(ConvKernel::new(ConvOp::BackpropInput, 3, a)?)))
         .host_memory(&["input_sizes"])
@@ -475,12 +484,39 @@ impl ConvWindows {
 struct ConvKernel {
     op: ConvOp,
     windows: ConvWindows,
+    /// `_FusedConv2D`: what follows the forward convolution.
+    fused: Option<FusedOps>,
 }
 
 impl ConvKernel {
     fn new(op: ConvOp, spatial: usize, attrs: &dyn Attrs) -> Result<Self, Error> {
         let name = Self::op_name(op, spatial);
-        Ok(ConvKernel { op, windows: ConvWindows::from_attrs(name, attrs, spatial)? })
+        Ok(ConvKernel { op, windows: ConvWindows::from_attrs(name, attrs, spatial)?, fused: None })
+    }
+
+    /// `_FusedConv2D`: `Conv2D`'s attributes, what follows the convolution
+    /// ([`FusedOps`]), and two attributes only other devices use, refused
+    /// unless they have their float32 values: `num_host_args` (int8 scales)
+    /// and `filter_format` (TensorFlow's CPU kernel reads the filter as
+    /// HWIO whatever it says; here anything else is refused, not misread).
+    fn fused(attrs: &dyn Attrs) -> Result<Self, Error> {
+        const NAME: &str = "_FusedConv2D";
+        let windows = ConvWindows::from_attrs(NAME, attrs, 2)?;
+        let fused = FusedOps::from_attrs(FusedProduct::Conv2D, attrs)?;
+        let host_args = if attrs.has("num_host_args") { attrs.int("num_host_args")? } else { 0 };
+        if host_args != 0 {
+            return Err(unimplemented(NAME, format!("num_host_args must be 0 for float32, got {host_args}")));
+        }
+        let filter_format = if attrs.has("filter_format") { attrs.string("filter_format")? } else { "HWIO".into() };
+        if filter_format != "HWIO" {
+            return Err(unimplemented(
+                NAME,
+                format!(
+                    "only the HWIO filter format is supported on the WASM device; the op was given {filter_format}"
+                ),
+            ));
+        }
+        Ok(ConvKernel { op: ConvOp::Forward, windows, fused: Some(fused) })
     }
 
     fn op_name(op: ConvOp, spatial: usize) -> &'static str {
@@ -495,6 +531,9 @@ impl ConvKernel {
     }
 
     fn name(&self) -> &'static str {
+        if self.fused.is_some() {
+            return "_FusedConv2D";
+        }
         Self::op_name(self.op, self.windows.spatial)
     }
 
@@ -711,8 +750,15 @@ impl ConvGeom {
         self.n.saturating_mul(self.pixels()).saturating_mul(self.k()).saturating_mul(self.oc)
     }
 
-    /// `out = conv(input, filter)`.
-    fn forward(&self, input: &[f32], filter: &[f32], out: &mut [f32]) -> Result<(), Error> {
+    /// `out = conv(input, filter)`, then `epilogue` (made for `oc`
+    /// channels) over it.
+    fn forward(
+        &self,
+        input: &[f32],
+        filter: &[f32],
+        out: &mut [f32],
+        epilogue: Option<&Epilogue>,
+    ) -> Result<(), Error> {
         let (k, oc) = (self.k(), self.oc);
         let parallel = self.work() >= PARALLEL_MIN_WORK && pool::threads() > 1;
         if out.is_empty() {
@@ -720,7 +766,11 @@ impl ConvGeom {
         }
         if self.is_pointwise() {
             let m = self.n * self.pixels();
-            return gemm(m, oc, k, out, oc, false, (input, k, 1), (filter, oc, 1), parallel);
+            gemm(m, oc, k, out, oc, false, (input, k, 1), (filter, oc, 1), parallel)?;
+            if let Some(epilogue) = epilogue {
+                epilogue.apply_all(out);
+            }
+            return Ok(());
         }
         let tile = self.tile_rows();
         let pixels = self.pixels();
@@ -732,7 +782,11 @@ impl ConvGeom {
             let rows = out_tile.len() / oc;
             let cols = &mut scratch[..rows * k];
             self.im2col(&input[image * image_len..(image + 1) * image_len], t * tile, cols);
-            gemm(rows, oc, k, out_tile, oc, false, (cols, k, 1), (filter, oc, 1), false)
+            gemm(rows, oc, k, out_tile, oc, false, (cols, k, 1), (filter, oc, 1), false)?;
+            if let Some(epilogue) = epilogue {
+                epilogue.apply(out_tile, 0);
+            }
+            Ok(())
         };
         let chunks = out.chunks_mut(pixels * oc).flat_map(|image| image.chunks_mut(tile * oc));
         if parallel {
@@ -847,13 +901,16 @@ impl Kernel for ConvKernel {
     fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
         let (name, rank) = (self.name(), self.windows.spatial + 2);
         if self.op == ConvOp::Forward {
-            expect_inputs(name, ctx, 2)?;
+            let extra = self.fused.map_or(0, |fused| fused.num_args());
+            expect_inputs(name, ctx, 2 + extra)?;
             let (a, b) = (ctx.input(0)?, ctx.input(1)?);
             check_rank(name, "input", a.shape(), rank)?;
             check_rank(name, "filter", b.shape(), rank)?;
             let geom = self.geometry(a.shape(), b.shape())?;
+            let args = (0..extra).map(|i| ctx.input(2 + i)).collect::<Result<Vec<_>, _>>()?;
+            let epilogue = self.fused.map(|fused| fused.epilogue(name, &args, geom.oc)).transpose()?;
             let mut out = ctx.allocate_output(0, &geom.output_shape())?;
-            return geom.forward(a.data()?, b.data()?, out.data_mut()?);
+            return geom.forward(a.data()?, b.data()?, out.data_mut()?, epilogue.as_ref());
         }
         expect_inputs(name, ctx, 3)?;
         let (a, b, c) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);

@@ -187,6 +187,9 @@ impl Attrs for WideAttrs<'_> {
     fn dtype(&self, name: &str) -> Result<DType, Error> {
         self.0.dtype(name).map(wide_type)
     }
+    fn strings(&self, name: &str) -> Result<Vec<String>, Error> {
+        self.0.strings(name)
+    }
 }
 
 /// A float32 kernel computing for float16/bfloat16 tensors: narrow inputs

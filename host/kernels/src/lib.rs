@@ -20,12 +20,14 @@
 //! - [`binary`]: elementwise binary ops with broadcasting.
 //! - [`unary`]: elementwise unary ops and the activation gradients.
 //! - [`reduce`]: Sum, Mean, Max, … over axes; ArgMax/ArgMin.
-//! - [`matmul`]: MatMul, BatchMatMulV2 and BiasAdd(Grad).
+//! - [`matmul`]: MatMul, BatchMatMulV2, BiasAdd(Grad) and `_FusedMatMul`.
 //! - [`sgemm`]: every float32 matrix product, on `gemm` or (large ones) BLIS.
 //! - [`einsum`]: Einsum, as transposes, sums and one batched product.
 //! - [`nn`]: softmax and the cross-entropy losses.
-//! - [`conv`]: Conv2D, the depthwise convolution and their backprops, pooling
-//!   and its gradients.
+//! - [`conv`]: Conv2D (and `_FusedConv2D`), the depthwise convolution and
+//!   their backprops, pooling and its gradients.
+//! - [`epilogue`]: the bias (or batch norm) and activation that TensorFlow's
+//!   fused products `_FusedMatMul` and `_FusedConv2D` apply to their output.
 //! - [`batchnorm`]: FusedBatchNormV3 and its gradient.
 //! - [`movement`]: transpose, concat, slice, tile, pad, gather, … in every type.
 //! - [`image`]: bilinear resizing and its gradient.
@@ -47,6 +49,7 @@ pub mod batchnorm;
 pub mod binary;
 pub mod conv;
 pub mod einsum;
+pub mod epilogue;
 pub mod fused;
 pub mod half;
 pub mod image;
@@ -100,8 +103,8 @@ pub struct KernelDef {
     /// Whether a large execution (at least [`DEFER_MIN_INPUT_BYTES`] of
     /// inputs) may finish after TensorFlow's compute callback returned, on
     /// the compute pool, so the executor runs other ready nodes meanwhile
-    /// (see `abi::kernels::compute_kernel_async`). Only `Conv2D` and its
-    /// backprops are: TensorFlow dispatches every node that an asynchronous
+    /// (see `abi::kernels::compute_kernel_async`). Only `Conv2D` (with
+    /// `_FusedConv2D`) and its backprops are: TensorFlow dispatches every node that an asynchronous
     /// kernel makes ready to its inter-op pool, also after an execution
     /// that finished before returning, so registering an op this way costs
     /// a thread hand-off per execution in a graph (and ~1.5 µs per eager

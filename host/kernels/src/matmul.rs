@@ -1,6 +1,7 @@
-//! Float32 `MatMul` (`transpose_a`, `transpose_b`), `BatchMatMulV2` and
-//! `BiasAdd(Grad)`; the products themselves run in [`super::sgemm`] (the
-//! `gemm` crate, or BLIS for large ones).
+//! Float32 `MatMul` (`transpose_a`, `transpose_b`), `BatchMatMulV2`,
+//! `BiasAdd(Grad)` and `_FusedMatMul` (a `MatMul` whose output goes through
+//! a bias and an activation, [`super::epilogue`]); the products themselves
+//! run in [`super::sgemm`] (the `gemm` crate, or BLIS for large ones).
 //!
 //! Operands are row-major. A transpose is expressed as swapped row/column
 //! strides, so no operand is ever copied.
@@ -11,6 +12,7 @@
 //! shared between the calling thread and the pool; from [`SPLIT_MAX_WORK`]
 //! on, [`Product::run_on_pool`] splits the product across the pool.
 
+use super::epilogue::{Epilogue, FusedOps, FusedProduct};
 use super::pool;
 use super::sgemm::{Destination, Operand, Product};
 use super::shape::{element_count, ShapeDisplay};
@@ -23,6 +25,7 @@ pub const KERNELS: &[KernelDef] = &[
     KernelDef::new("BatchMatMulV2", types::T_F32, build_batch_matmul),
     KernelDef::new("BiasAdd", types::T_F32, build_bias_add),
     KernelDef::new("BiasAddGrad", types::T_F32, build_bias_add_grad),
+    KernelDef::new("_FusedMatMul", types::T_F32, build_fused_matmul),
 ];
 
 fn build_bias_add(attrs: &dyn Attrs) -> Result<Box<dyn Kernel>, Error> {
@@ -46,6 +49,37 @@ impl Kernel for MatMulAttrs {
         let plan = MatMulPlan::new(*self, a.shape(), b.shape())?;
         let mut out = ctx.allocate_output(0, &plan.output_shape())?;
         plan.run(a.data()?, b.data()?, out.data_mut()?)
+    }
+}
+
+/// `_FusedMatMul`: `MatMul`'s attributes, and what follows the product.
+fn build_fused_matmul(attrs: &dyn Attrs) -> Result<Box<dyn Kernel>, Error> {
+    let transpose = |name: &str| if attrs.has(name) { attrs.bool(name) } else { Ok(false) };
+    Ok(Box::new(FusedMatMulKernel {
+        attrs: MatMulAttrs { transpose_a: transpose("transpose_a")?, transpose_b: transpose("transpose_b")? },
+        fused: FusedOps::from_attrs(FusedProduct::MatMul, attrs)?,
+    }))
+}
+
+/// `_FusedMatMul`: `out = activation(op(a)·op(b) + bias)`, each block of
+/// the output finished as soon as its product is written.
+#[derive(Debug)]
+struct FusedMatMulKernel {
+    attrs: MatMulAttrs,
+    fused: FusedOps,
+}
+
+impl Kernel for FusedMatMulKernel {
+    fn compute(&self, ctx: &dyn OpContext) -> Result<(), Error> {
+        const OP: &str = "_FusedMatMul";
+        expect_inputs(OP, ctx, 2 + self.fused.num_args())?;
+        let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+        let args = (0..self.fused.num_args()).map(|i| ctx.input(2 + i)).collect::<Result<Vec<_>, _>>()?;
+        let plan = MatMulPlan::new(self.attrs, a.shape(), b.shape())?;
+        let [_, n] = plan.output_shape();
+        let epilogue = self.fused.epilogue(OP, &args, n)?;
+        let mut out = ctx.allocate_output(0, &plan.output_shape())?;
+        plan.run_fused(a.data()?, b.data()?, out.data_mut()?, Some(&epilogue))
     }
 }
 
@@ -137,16 +171,31 @@ impl MatMulPlan {
     /// Computes `out = op(a) · op(b)`. `a` and `b` are row-major with the
     /// shapes the plan was made for; `out` may hold anything beforehand.
     pub fn run(&self, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), Error> {
+        self.run_fused(a, b, out, None)
+    }
+
+    /// [`Self::run`], then `epilogue` (made for `n` channels) over the
+    /// output. Blocks computed on one thread (the product whole below
+    /// [`PARALLEL_MIN_WORK`], or one block of a split product) are finished
+    /// right after their product, still in cache; a product large enough
+    /// for [`Product::run_on_pool`] is finished in one pass afterwards.
+    pub fn run_fused(&self, a: &[f32], b: &[f32], out: &mut [f32], epilogue: Option<&Epilogue>) -> Result<(), Error> {
         let MatMulPlan { attrs, m, n, k } = *self;
         check_len("a", a.len(), m, k)?;
         check_len("b", b.len(), k, n)?;
         check_len("the output", out.len(), m, n)?;
+        if epilogue.is_some_and(|epilogue| epilogue.channels() != n) {
+            return Err(Error::Internal(format!("MatMul: an epilogue for other than {n} channels")));
+        }
         if m == 0 || n == 0 {
             return Ok(());
         }
         if k == 0 {
             // An empty sum: TensorFlow defines the product as zeros.
             out.fill(0.0);
+            if let Some(epilogue) = epilogue {
+                epilogue.apply_all(out);
+            }
             return Ok(());
         }
 
@@ -177,6 +226,9 @@ impl MatMulPlan {
         // neither input is aliased.
         if work < PARALLEL_MIN_WORK || threads == 1 {
             unsafe { product.run() };
+            if let Some(epilogue) = epilogue {
+                epilogue.apply(out, 0);
+            }
         } else if work < SPLIT_MAX_WORK {
             // A mid-sized product (a Keras layer's): split the larger output
             // dimension into blocks, each a single-threaded product, shared
@@ -191,11 +243,29 @@ impl MatMulPlan {
                 edge(i)..edge(i + 1)
             };
             pool::for_each_index(blocks, |i| {
-                let block = if m >= n { product.block(split(m, i), 0..n) } else { product.block(0..m, split(n, i)) };
+                let (rows, cols) = if m >= n { (split(m, i), 0..n) } else { (0..m, split(n, i)) };
+                let first = cols.start;
+                let block = product.block(rows, cols);
                 unsafe { block.run() };
+                let Some(epilogue) = epilogue else { return };
+                // A block of whole rows is one run of `out`; a block of
+                // columns is a segment of each row.
+                let (runs, run_len) = if block.n == n { (1, block.m * n) } else { (block.m, block.n) };
+                for run in 0..runs {
+                    // SAFETY: run `run` is `run_len` elements of `out` from
+                    // `block.dst.ptr + run·n`: inside the block, so inside
+                    // `out` (as above). Only this block's product wrote them
+                    // and no other thread touches them (blocks are
+                    // disjoint); `out` is not otherwise used meanwhile.
+                    let values = unsafe { std::slice::from_raw_parts_mut(block.dst.ptr.add(run * n), run_len) };
+                    epilogue.apply(values, first);
+                }
             });
         } else {
             unsafe { product.run_on_pool() };
+            if let Some(epilogue) = epilogue {
+                epilogue.apply_all(out);
+            }
         }
         Ok(())
     }
@@ -214,6 +284,8 @@ fn check_len(what: &str, len: usize, rows: usize, cols: usize) -> Result<(), Err
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::epilogue::{activation_reference, AttrValue, NodeAttrs, BIAS_LISTS};
+    use crate::{DType, LocalContext, Tensor};
 
     fn values(len: usize, seed: u32) -> Vec<f32> {
         let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(7);
@@ -331,6 +403,131 @@ mod tests {
         assert!(MatMulPlan::new(MatMulAttrs::default(), &[2], &[2, 2]).is_err());
         assert!(MatMulPlan::new(MatMulAttrs::default(), &[2, 2], &[2, 2, 1]).is_err());
         assert!(MatMulPlan::new(MatMulAttrs::default(), &[], &[]).is_err());
+    }
+
+    // ------------------------------------------------------ _FusedMatMul
+
+    fn fused_attrs(attrs: MatMulAttrs, fused_ops: &[&str]) -> NodeAttrs {
+        NodeAttrs::default()
+            .with("transpose_a", AttrValue::Bool(attrs.transpose_a))
+            .with("transpose_b", AttrValue::Bool(attrs.transpose_b))
+            .with("leakyrelu_alpha", AttrValue::Float(0.3))
+            .fused(fused_ops)
+    }
+
+    /// `_FusedMatMul` as TensorFlow builds and runs it: one output.
+    fn run_fused(node: &NodeAttrs, inputs: Vec<Tensor>) -> Result<Tensor, Error> {
+        let def = crate::registry().into_iter().find(|def| def.op == "_FusedMatMul").expect("registered");
+        let kernel = def.create(node)?;
+        Ok(LocalContext::run(&*kernel, inputs, &[DType::F32])?.remove(0))
+    }
+
+    /// Every `fused_ops` list and transpose on `m×k·k×n`, against the f64
+    /// product plus bias through the f64 activation.
+    fn check_fused(m: usize, k: usize, n: usize) {
+        for (transpose_a, transpose_b) in [(false, false), (true, false), (false, true), (true, true)] {
+            let attrs = MatMulAttrs { transpose_a, transpose_b };
+            let a_shape = if transpose_a { [k, m] } else { [m, k] };
+            let b_shape = if transpose_b { [n, k] } else { [k, n] };
+            let (a, b, bias) = (values(m * k, 1), values(k * n, 2), values(n, 3));
+            let product = reference(attrs, &a, a_shape, &b, b_shape);
+            for (fused_ops, activation) in BIAS_LISTS {
+                let inputs = vec![
+                    Tensor::from_vec(&a_shape, a.clone()).unwrap(),
+                    Tensor::from_vec(&b_shape, b.clone()).unwrap(),
+                    Tensor::from_vec(&[n], bias.clone()).unwrap(),
+                ];
+                let out = run_fused(&fused_attrs(attrs, fused_ops), inputs).unwrap();
+                assert_eq!(out.shape(), [m, n]);
+                let got = out.to_vec::<f32>().unwrap();
+                for (i, &g) in got.iter().enumerate() {
+                    let want = activation_reference(activation, f64::from(product[i]) + f64::from(bias[i % n]));
+                    assert!(
+                        (f64::from(g) - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "{m}x{k}x{n} {attrs:?} {fused_ops:?}: element {i} is {g}, expected {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fused_matmul_matches_reference_on_odd_shapes() {
+        for (m, k, n) in [(1, 1, 1), (7, 13, 5), (1, 13, 1), (13, 1, 7), (0, 3, 4), (3, 0, 4), (31, 17, 3)] {
+            check_fused(m, k, n);
+        }
+    }
+
+    #[test]
+    fn fused_matmul_finishes_every_block_of_a_split_product() {
+        // Split by rows, by columns, and whole on the pool (as above).
+        for (m, k, n) in [(151, 97, 109), (41, 181, 233), (129, 1031, 515)] {
+            check_fused(m, k, n);
+        }
+    }
+
+    /// What a fused node computes is what `MatMul`, `BiasAdd` and the
+    /// activation's own kernel compute, bit for bit, at every size class.
+    #[test]
+    fn fused_matmul_is_the_unfused_ops_bit_for_bit() {
+        use crate::unary::UnaryOp;
+        let unfused = [
+            None,
+            Some(UnaryOp::Relu),
+            Some(UnaryOp::Relu6),
+            Some(UnaryOp::Elu),
+            Some(UnaryOp::LeakyRelu(0.3)),
+            Some(UnaryOp::Tanh),
+            Some(UnaryOp::Sigmoid),
+        ];
+        for (m, k, n) in [(5, 3, 7), (151, 97, 109), (41, 181, 233), (129, 1031, 515)] {
+            let attrs = MatMulAttrs { transpose_a: false, transpose_b: true };
+            let (a, b, bias) = (values(m * k, 4), values(k * n, 5), values(n, 6));
+            let plan = MatMulPlan::new(attrs, &[m, k], &[n, k]).unwrap();
+            let mut product = vec![0.0; m * n];
+            plan.run(&a, &b, &mut product).unwrap();
+            let biased: Vec<f32> = product.iter().enumerate().map(|(i, &p)| p + bias[i % n]).collect();
+            for ((fused_ops, _), unary) in BIAS_LISTS.iter().zip(unfused) {
+                let mut want = biased.clone();
+                if let Some(op) = unary {
+                    op.run(&biased, &mut want);
+                }
+                let inputs = vec![
+                    Tensor::from_vec(&[m, k], a.clone()).unwrap(),
+                    Tensor::from_vec(&[n, k], b.clone()).unwrap(),
+                    Tensor::from_vec(&[n], bias.clone()).unwrap(),
+                ];
+                let got = run_fused(&fused_attrs(attrs, fused_ops), inputs).unwrap().to_vec::<f32>().unwrap();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert!(bits(&got) == bits(&want), "{m}x{k}x{n} {fused_ops:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn fused_matmul_refuses_what_it_does_not_implement() {
+        let attrs = MatMulAttrs::default();
+        let refused = |fused_ops: &[&str]| {
+            let def = crate::registry().into_iter().find(|def| def.op == "_FusedMatMul").unwrap();
+            def.create(&fused_attrs(attrs, fused_ops)).err().expect("refused").to_string()
+        };
+        let message = refused(&["BiasAdd", "GeluExact"]);
+        assert!(message.contains("_FusedMatMul: fusion [BiasAdd,GeluExact] is not implemented"), "{message}");
+        assert!(refused(&["FusedBatchNorm", "Relu"]).contains("[FusedBatchNorm,Relu]"));
+
+        // A bias that is not one value per output column fails the execution.
+        let inputs = |bias: &[usize]| {
+            vec![
+                Tensor::from_vec(&[2, 3], values(6, 1)).unwrap(),
+                Tensor::from_vec(&[3, 4], values(12, 2)).unwrap(),
+                Tensor::from_vec(bias, values(bias.iter().product(), 3)).unwrap(),
+            ]
+        };
+        let node = fused_attrs(attrs, &["BiasAdd", "Relu"]);
+        let message = run_fused(&node, inputs(&[3])).unwrap_err().to_string();
+        assert!(message.contains("_FusedMatMul: bias must be a vector of 4 values") && message.contains("[3]"));
+        assert!(run_fused(&node, inputs(&[1, 4])).is_err());
+        assert!(run_fused(&node, inputs(&[4])).is_ok());
     }
 
     #[test]

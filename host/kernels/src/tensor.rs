@@ -547,6 +547,12 @@ pub trait Attrs {
     fn string(&self, name: &str) -> Result<String, Error>;
     /// A type attribute; an error for types tfwasm has no [`DType`] for.
     fn dtype(&self, name: &str) -> Result<DType, Error>;
+    /// A `list(string)` attribute (the fused products' `fused_ops`). Only
+    /// the kernels that read one need it, so sources of attributes that
+    /// never build those (most tests) keep this default, which refuses.
+    fn strings(&self, name: &str) -> Result<Vec<String>, Error> {
+        Err(Error::Internal(format!("attribute {name}: these attributes hold no string lists")))
+    }
 }
 
 /// An [`OpContext`] over vectors, for tests and tools without TensorFlow.

@@ -311,15 +311,8 @@ impl UnaryOp {
             UnaryOp::Tanh => map(x, out, tanh_f32),
             UnaryOp::Sigmoid => map(x, out, sigmoid_f32),
             UnaryOp::Relu => map(x, out, relu),
-            UnaryOp::Relu6 => map(x, out, |v| {
-                let r = relu(v);
-                if r > 6.0 {
-                    6.0
-                } else {
-                    r
-                }
-            }),
-            UnaryOp::Elu => map(x, out, |v: f32| if v < 0.0 { exp_f32(v) - 1.0 } else { v }),
+            UnaryOp::Relu6 => map(x, out, relu6),
+            UnaryOp::Elu => map(x, out, elu),
             UnaryOp::Selu => {
                 map(x, out, |v: f32| if v < 0.0 { SELU_SCALE_ALPHA * (exp_f32(v) - 1.0) } else { SELU_SCALE * v })
             }
@@ -355,7 +348,7 @@ impl UnaryOp {
             UnaryOp::Floor => map(x, out, f32::floor),
             UnaryOp::Ceil => map(x, out, f32::ceil),
             UnaryOp::Round => map(x, out, f32::round_ties_even),
-            UnaryOp::LeakyRelu(alpha) => map(x, out, move |v: f32| if v > 0.0 { v } else { v * alpha }),
+            UnaryOp::LeakyRelu(alpha) => map(x, out, move |v: f32| leaky_relu(v, alpha)),
             UnaryOp::Fill(value) => out.fill(value),
         }
     }
@@ -367,13 +360,48 @@ fn softplus_threshold() -> f32 {
     f32::EPSILON.ln() + 2.0
 }
 
+// The activations' element functions, shared with the epilogues of the
+// fused products (`super::epilogue`), so a fused node computes what the
+// unfused ops would, bit for bit.
+
 /// `max(x, 0)`, NaN propagating, `-0` kept (Eigen `cwiseMax<PropagateNaN>`).
 #[inline(always)]
-fn relu(v: f32) -> f32 {
+pub(crate) fn relu(v: f32) -> f32 {
     if v < 0.0 {
         0.0
     } else {
         v
+    }
+}
+
+/// `min(max(x, 0), 6)`, NaN propagating.
+#[inline(always)]
+pub(crate) fn relu6(v: f32) -> f32 {
+    let r = relu(v);
+    if r > 6.0 {
+        6.0
+    } else {
+        r
+    }
+}
+
+/// `exp(x) - 1` below zero (TensorFlow's formula, not `expm1`), else `x`.
+#[inline(always)]
+pub(crate) fn elu(v: f32) -> f32 {
+    if v < 0.0 {
+        exp_f32(v) - 1.0
+    } else {
+        v
+    }
+}
+
+/// `x > 0 ? x : alpha·x`.
+#[inline(always)]
+pub(crate) fn leaky_relu(v: f32, alpha: f32) -> f32 {
+    if v > 0.0 {
+        v
+    } else {
+        v * alpha
     }
 }
 

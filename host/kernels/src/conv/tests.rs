@@ -1,6 +1,7 @@
 use std::collections::HashMap;
 
 use super::*;
+use crate::epilogue::{activation_reference, Activation, AttrValue, NodeAttrs, BIAS_LISTS};
 use crate::{LocalContext, Tensor};
 
 /// Attributes from a map, for building kernels without TensorFlow.
@@ -428,6 +429,114 @@ fn invalid_pooling_is_an_error() {
     assert!(LocalContext::run(&*kernel, vec![shape, g], &[DType::F32]).is_err());
 }
 
+// ------------------------------------------------------------ _FusedConv2D
+
+impl Case {
+    /// `_FusedConv2D`'s attributes for this convolution and `fused_ops`.
+    fn fused_attrs(&self, fused_ops: &[&str]) -> NodeAttrs {
+        let s = |v: usize| v as i64;
+        let e = self.explicit;
+        let explicit =
+            if self.padding == "EXPLICIT" { vec![0, 0, s(e[0]), s(e[1]), s(e[2]), s(e[3]), 0, 0] } else { vec![] };
+        NodeAttrs::default()
+            .with("strides", AttrValue::Ints(vec![1, s(self.strides[0]), s(self.strides[1]), 1]))
+            .with("dilations", AttrValue::Ints(vec![1, s(self.dilations[0]), s(self.dilations[1]), 1]))
+            .with("padding", AttrValue::String(self.padding.into()))
+            .with("explicit_paddings", AttrValue::Ints(explicit))
+            .with("data_format", AttrValue::String("NHWC".into()))
+            .with("filter_format", AttrValue::String("HWIO".into()))
+            .with("num_host_args", AttrValue::Int(0))
+            .with("epsilon", AttrValue::Float(1e-3))
+            .with("leakyrelu_alpha", AttrValue::Float(0.3))
+            .fused(fused_ops)
+    }
+
+    /// Every `fused_ops` list `_FusedConv2D` implements, against the f64
+    /// convolution, then bias (or batch norm) and activation in f64.
+    fn check_fused(&self) {
+        let len = |s: &[usize]| s.iter().product::<usize>();
+        let out_shape = self.output();
+        let oc = self.filter[3];
+        let (x, w) = (values(len(&self.input), 1), values(len(&self.filter), 2));
+        let mut conv = vec![0f64; len(&out_shape)];
+        self.for_each_term(|o, i, k| conv[o] += x[i] as f64 * w[k] as f64);
+        let t = |shape: &[usize], v: &[f32]| Tensor::from_vec(shape, v.to_vec()).unwrap();
+        let run = |node: &NodeAttrs, args: &[Vec<f32>]| {
+            let mut inputs = vec![t(&self.input, &x), t(&self.filter, &w)];
+            inputs.extend(args.iter().map(|arg| t(&[oc], arg)));
+            let out = LocalContext::run(&*build_fused(node).unwrap(), inputs, &[DType::F32]).unwrap().remove(0);
+            assert_eq!(out.shape(), &out_shape, "{self:?}");
+            out.to_vec::<f32>().unwrap()
+        };
+        let bias = values(oc, 3);
+        for (fused_ops, activation) in BIAS_LISTS {
+            let got = run(&self.fused_attrs(fused_ops), &[bias.clone()]);
+            let want: Vec<f64> = conv
+                .iter()
+                .enumerate()
+                .map(|(o, &c)| activation_reference(activation, c + bias[o % oc] as f64))
+                .collect();
+            compare(&format!("_FusedConv2D {fused_ops:?}"), self, &got, &want);
+        }
+        // scale, offset, mean, variance (positive).
+        let norm = [values(oc, 4), values(oc, 5), values(oc, 6), values(oc, 7).iter().map(|v| v + 1.5).collect()];
+        for (ops, activation) in
+            [(&["FusedBatchNorm"][..], Activation::Identity), (&["FusedBatchNorm", "Elu"], Activation::Elu)]
+        {
+            let got = run(&self.fused_attrs(ops), &norm);
+            let [scale, offset, mean, variance] = &norm;
+            let want: Vec<f64> = conv
+                .iter()
+                .enumerate()
+                .map(|(o, &c)| {
+                    let ch = o % oc;
+                    let factor = scale[ch] as f64 / (variance[ch] as f64 + 1e-3).sqrt();
+                    activation_reference(activation, (c - mean[ch] as f64) * factor + offset[ch] as f64)
+                })
+                .collect();
+            compare(&format!("_FusedConv2D {ops:?}"), self, &got, &want);
+        }
+    }
+}
+
+fn build_fused(node: &NodeAttrs) -> Result<Box<dyn Kernel>, Error> {
+    let def = KERNELS.iter().find(|d| d.op == "_FusedConv2D").expect("registered");
+    (def.build)(node)
+}
+
+#[test]
+fn fused_convolutions_match_reference() {
+    let cases = [
+        case([1, 1, 1, 1], [1, 1, 1, 1], [1, 1], [1, 1], "VALID"),
+        case([2, 7, 5, 3], [3, 3, 3, 4], [1, 1], [1, 1], "SAME"),
+        case([3, 11, 13, 2], [1, 1, 2, 5], [1, 1], [1, 1], "VALID"),
+        case([3, 11, 13, 2], [1, 1, 2, 5], [2, 2], [1, 1], "SAME"),
+        case([1, 13, 11, 3], [3, 2, 3, 2], [2, 1], [2, 3], "VALID"),
+        case([0, 7, 7, 3], [3, 3, 3, 4], [1, 1], [1, 1], "SAME"),
+        Case { padding: "EXPLICIT", explicit: [1, 2, 0, 3], ..case([2, 6, 5, 2], [3, 2, 2, 3], [2, 1], [1, 2], "") },
+        // On the pool: tiles of im2col, and a pointwise product run whole.
+        case([6, 14, 14, 8], [3, 3, 8, 16], [1, 1], [1, 1], "VALID"),
+        case([4, 15, 17, 16], [1, 1, 16, 8], [1, 1], [1, 1], "VALID"),
+    ];
+    for case in cases {
+        case.check_fused();
+    }
+}
+
+#[test]
+fn fused_convolution_refuses_what_it_does_not_implement() {
+    let c = case([1, 5, 5, 2], [3, 3, 2, 1], [1, 1], [1, 1], "SAME");
+    let refused = |node: NodeAttrs| build_fused(&node).err().expect("refused").to_string();
+    let message = refused(c.fused_attrs(&["BiasAdd", "Add"]));
+    assert!(message.contains("_FusedConv2D: fusion [BiasAdd,Add] is not implemented"), "{message}");
+    let message = refused(c.fused_attrs(&["BiasAdd"]).with("data_format", AttrValue::String("NCHW".into())));
+    assert!(message.contains("_FusedConv2D") && message.contains("NHWC"), "{message}");
+    let message = refused(c.fused_attrs(&["BiasAdd"]).with("filter_format", AttrValue::String("OIHW".into())));
+    assert!(message.contains("HWIO") && message.contains("OIHW"), "{message}");
+    let message = refused(c.fused_attrs(&["BiasAdd"]).with("num_host_args", AttrValue::Int(2)));
+    assert!(message.contains("num_host_args"), "{message}");
+}
+
 /// Rough timings at the Keras CNN shapes: `cargo test --release -- --ignored bench`.
 #[test]
 #[ignore]
@@ -450,7 +559,7 @@ fn bench_keras_shapes() {
             }
             t.elapsed().as_secs_f64() / 200.0 * 1e6
         };
-        let tf = time(&mut || geom.forward(&x, &w, &mut y).unwrap());
+        let tf = time(&mut || geom.forward(&x, &w, &mut y, None).unwrap());
         let ti = time(&mut || geom.backprop_input(&g, &w, &mut dx).unwrap());
         let tw = time(&mut || geom.backprop_filter(&x, &g, &mut dw).unwrap());
         eprintln!("{input:?} {filter:?}: fwd {tf:.1} us, bp_input {ti:.1} us, bp_filter {tw:.1} us");

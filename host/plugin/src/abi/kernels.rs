@@ -249,10 +249,14 @@ struct Instance {
 }
 
 /// The create callbacks, one per registry entry (see the module docs).
-static CREATE: [TF_KernelCreateFn; 256] = create_table();
+static CREATE: [TF_KernelCreateFn; CREATE_LEN] = create_table();
 
-const fn create_table() -> [TF_KernelCreateFn; 256] {
-    let mut table: [TF_KernelCreateFn; 256] = [create_nth::<0>; 256];
+/// Create callbacks there are: at least the registry's length (a unit test
+/// checks), in rows of 16.
+const CREATE_LEN: usize = 384;
+
+const fn create_table() -> [TF_KernelCreateFn; CREATE_LEN] {
+    let mut table: [TF_KernelCreateFn; CREATE_LEN] = [create_nth::<0>; CREATE_LEN];
     macro_rules! fill {
         ($($i:literal)*) => { $( fill!(@row $i); )* };
         (@row $r:literal) => {
@@ -274,7 +278,7 @@ const fn create_table() -> [TF_KernelCreateFn; 256] {
             table[$r * 16 + 15] = create_nth::<{ $r * 16 + 15 }>;
         };
     }
-    fill!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    fill!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23);
     table
 }
 
@@ -548,6 +552,50 @@ impl Attrs for Construction<'_> {
         })?;
         String::from_utf8(bytes)
             .map_err(|_| Error::InvalidArgument(format!("{}: attribute {name} is not UTF-8", self.op)))
+    }
+
+    fn strings(&self, name: &str) -> Result<Vec<String>, Error> {
+        let (count, total) = self.size(name)?;
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let max = c_int::try_from(count)
+            .map_err(|_| Error::Internal(format!("{}: attribute {name} is too long", self.op)))?;
+        let mut starts = vec![ptr::null_mut::<c_char>(); count];
+        let mut lengths = vec![0usize; count];
+        let mut storage = vec![0u8; total];
+        // SAFETY: as in `size`; `starts` and `lengths` have room for `max`
+        // entries and `storage` for `total` bytes, the sizes TensorFlow
+        // reported for this attribute.
+        self.get(name, |raw, name, status| unsafe {
+            TF_OpKernelConstruction_GetAttrStringList(
+                raw,
+                name,
+                starts.as_mut_ptr(),
+                lengths.as_mut_ptr(),
+                max,
+                storage.as_mut_ptr().cast::<c_void>(),
+                total,
+                status,
+            )
+        })?;
+        // TensorFlow points each entry into `storage`; read them back as
+        // offsets there, so no pointer it wrote is dereferenced.
+        let base = storage.as_ptr() as usize;
+        starts
+            .iter()
+            .zip(&lengths)
+            .map(|(&start, &len)| {
+                let bytes = (start as usize)
+                    .checked_sub(base)
+                    .and_then(|offset| storage.get(offset..offset.checked_add(len)?))
+                    .ok_or_else(|| {
+                        Error::Internal(format!("{}: attribute {name}: a string outside its storage", self.op))
+                    })?;
+                String::from_utf8(bytes.to_vec())
+                    .map_err(|_| Error::InvalidArgument(format!("{}: attribute {name} is not UTF-8", self.op)))
+            })
+            .collect()
     }
 
     fn dtype(&self, name: &str) -> Result<DType, Error> {

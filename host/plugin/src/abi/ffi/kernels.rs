@@ -203,6 +203,19 @@ extern "C" {
         status: *mut TF_Status,
     );
 
+    /// Fills `values[i]` and `lengths[i]` for at most `max_values` strings
+    /// (not NUL-terminated), whose bytes it copies into `storage`.
+    pub fn TF_OpKernelConstruction_GetAttrStringList(
+        ctx: *mut TF_OpKernelConstruction,
+        attr_name: *const c_char,
+        values: *mut *mut c_char,
+        lengths: *mut usize,
+        max_values: c_int,
+        storage: *mut c_void,
+        storage_size: usize,
+        status: *mut TF_Status,
+    );
+
     pub fn TF_OpKernelConstruction_GetAttrInt64List(
         ctx: *mut TF_OpKernelConstruction,
         attr_name: *const c_char,
