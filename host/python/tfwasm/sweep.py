@@ -1071,6 +1071,63 @@ def fused_function(tf):
     return adam_update
 
 
+#: The ``fused_ops`` lists TensorFlow's CPU kernels implement for its fused
+#: products (tfwasm's also take Tanh and Sigmoid after a convolution's bias:
+#: tests/python/test_fused_ops.py checks those against the unfused ops).
+FUSED_ACTIVATIONS = ("Relu", "Relu6", "Elu", "LeakyRelu")
+FUSED_MATMUL_LISTS = [("BiasAdd",)] + [("BiasAdd", a) for a in FUSED_ACTIVATIONS + ("Tanh", "Sigmoid")]
+FUSED_CONV_LISTS = [("BiasAdd",)] + [("BiasAdd", a) for a in FUSED_ACTIVATIONS] + [("FusedBatchNorm",), ("FusedBatchNorm", "Relu")]
+
+
+def fused_matmul_cases(tf, rng):
+    """Every list on a batch of 0, 1×1, primes and a product the pool
+    splits, each shape with another transpose. (Not an empty inner
+    dimension: the CPU's fused kernel then returns zeros where its unfused
+    ops give the bias through the activation, as tfwasm's kernel does;
+    tests/python/test_fused_ops.py compares that case with the unfused ops.)"""
+    out = []
+    shapes = [(0, 5, 3), (1, 1, 1), (7, 13, 5), (31, 17, 1), (131, 127, 97)]
+    for fused_ops in FUSED_MATMUL_LISTS:
+        for i, (m, k, n) in enumerate(shapes):
+            ta, tb = bool(i & 1), bool(i & 2)
+            a = f32(rng, (k, m) if ta else (m, k))
+            b = f32(rng, (n, k) if tb else (k, n))
+            out.append(Case({"a": a, "b": b, "args": [f32(rng, (n,))], "transpose_a": ta, "transpose_b": tb, "fused_ops": fused_ops}))
+    return out
+
+
+def fused_conv_cases(tf, rng):
+    """Every list on four of Conv2D's cases in turn (a batch of 0, strides,
+    dilations, 1×1, the pool); a batch norm's variance is positive."""
+    out = []
+    for j, fused_ops in enumerate(FUSED_CONV_LISTS):
+        for i, f, s, p, d in CONV_CASES[j % 2::2]:
+            channels = f[3]
+            if fused_ops[0] == "FusedBatchNorm":
+                args = [f32(rng, (channels,)) for _ in range(3)] + [f32(rng, (channels,), 0.5, 2.0)]
+            else:
+                args = [f32(rng, (channels,))]
+            out.append(Case({"input": f32(rng, i), "filter": f32(rng, f), "args": args, "strides": s, "padding": p, "dilations": d, "fused_ops": fused_ops}))
+    return out
+
+
+def fused_product_function(tf, op: str):
+    """A tf.function running TensorFlow's fused product ``op``, which has no
+    ``tf.raw_ops`` entry: the node is made from its OpDef."""
+    from tensorflow.python.framework import op_def_library
+
+    @tf.function
+    def run(args, fused_ops, **named):
+        # The helper fills in none of these ops' defaults.
+        attrs = dict(named, args=list(args), fused_ops=list(fused_ops), epsilon=1e-3, leakyrelu_alpha=0.3)
+        if op == "_FusedConv2D":
+            # `args` is typed by a list (TArgs), so num_args is not inferred.
+            attrs.update(host_args=[], num_args=len(args), explicit_paddings=[], data_format="NHWC", filter_format="HWIO", use_cudnn_on_gpu=False)
+        return op_def_library._apply_op_helper(op, name=op.lstrip("_"), **attrs)[3][0]
+
+    return run
+
+
 SCATTER_CASES = [
     # variable shape, indices (with duplicates), index dtype
     ((5, 3), [4, 0, 4, 2], np.int32),
@@ -1128,6 +1185,9 @@ def ops_run(tf, thunk, device: str) -> tuple[Any, set[str]]:
 SPECS: dict[str, Spec] = {
     # made by the graph pass from elementwise trees (see docs/kernels.md)
     FUSED_OP: Spec(fused_cases, via=fused_function),
+    # TensorFlow's fused products (a graph pass makes them)
+    "_FusedMatMul": Spec(fused_matmul_cases, PRODUCT, via=lambda tf: fused_product_function(tf, "_FusedMatMul")),
+    "_FusedConv2D": Spec(fused_conv_cases, PRODUCT, via=lambda tf: fused_product_function(tf, "_FusedConv2D")),
     # sparse variable updates, rewritten by the graph pass
     "_TfwasmScatterAdd": Spec(scatter_cases, EXACT, via=lambda tf: scatter_function(tf, False)),
     "_TfwasmScatterSub": Spec(scatter_cases, EXACT, via=lambda tf: scatter_function(tf, True)),
