@@ -14,8 +14,11 @@
 //! once, and an honest answer never.
 //!
 //! Options (`[guest.config]`): `seed` (an integer, default 0), mixed with
-//! the device's ordinal so that devices of one policy lie differently, and
-//! `lie-rate` (0 to 1, default 0.1). A malformed value fails `init`.
+//! the device's ordinal so that devices of one policy lie differently,
+//! `lie-rate` (0 to 1, default 0.1), and `lie-in` (default all: a
+//! comma-separated list of `allocate`, `submit`, `record-event`,
+//! `mark-timer`, `event-status`, `usage`), the only calls that may lie. A
+//! malformed value fails `init`.
 
 #[path = "../../reference-device/src/allocator.rs"]
 pub mod allocator;
@@ -31,13 +34,15 @@ mod glue;
 pub struct Config {
     pub seed: u64,
     pub lie_rate: f64,
+    /// The calls that may lie (`None`: all of them).
+    pub lie_in: Option<Vec<String>>,
     /// Options this guest does not know, to warn about.
     pub unknown: Vec<String>,
 }
 
 impl Config {
     pub fn parse(options: &[(String, String)]) -> Result<Config, String> {
-        let mut config = Config { seed: 0, lie_rate: 0.1, unknown: Vec::new() };
+        let mut config = Config { seed: 0, lie_rate: 0.1, lie_in: None, unknown: Vec::new() };
         for (key, value) in options {
             match key.as_str() {
                 "seed" => {
@@ -52,12 +57,22 @@ impl Config {
                         .filter(|rate: &f64| (0.0..=1.0).contains(rate))
                         .ok_or_else(|| format!("option lie-rate = {value:?} is not a number from 0 to 1"))?;
                 }
+                "lie-in" => {
+                    let calls: Vec<String> = value.split(',').map(|c| c.trim().to_owned()).collect();
+                    if let Some(bad) = calls.iter().find(|c| !CALLS.contains(&c.as_str())) {
+                        return Err(format!("option lie-in names {bad:?}, not one of {}", CALLS.join(", ")));
+                    }
+                    config.lie_in = Some(calls);
+                }
                 other => config.unknown.push(other.to_owned()),
             }
         }
         Ok(config)
     }
 }
+
+/// The calls whose answers the host checks, and this guest may lie in.
+pub const CALLS: [&str; 6] = ["allocate", "submit", "record-event", "mark-timer", "event-status", "usage"];
 
 /// SplitMix64: small, and good enough to decide when and how to lie.
 #[derive(Debug, Clone)]
@@ -127,6 +142,7 @@ mod component {
     struct Device {
         rng: Rng,
         lie_rate: f64,
+        lie_in: Option<Vec<String>>,
         memory_size: u64,
         memory: BestFit,
         ordering: Ordering,
@@ -138,12 +154,13 @@ mod component {
     }
 
     impl Device {
-        fn lies(&mut self) -> bool {
-            self.rng.chance(self.lie_rate)
+        fn lies(&mut self, call: &str) -> bool {
+            let may = self.lie_in.as_ref().is_none_or(|calls| calls.iter().any(|c| c == call));
+            may && self.rng.chance(self.lie_rate)
         }
 
         fn allocate(&mut self, size: u64, alignment: u64) -> Result<u64, DeviceError> {
-            if !self.lies() {
+            if !self.lies("allocate") {
                 return self.memory.allocate(size, alignment).map_err(alloc_error);
             }
             let alignment = alignment.max(1);
@@ -178,7 +195,7 @@ mod component {
         /// The honest ticket, or a lie about it.
         fn ticket(&mut self, call: &str, s: u64, honest: ordering::Ticket) -> Ticket {
             let mut ticket = honest;
-            if !self.lies() {
+            if !self.lies(call) {
                 return glue::ticket(ticket);
             }
             let others: Vec<(u64, u64)> = self.ordering.streams().filter(|&(id, _)| id != s).collect();
@@ -214,7 +231,7 @@ mod component {
 
         fn event_status(&mut self, e: u64) -> EventState {
             let honest = glue::event_state(Some(self.ordering.event_status(e)));
-            if !self.lies() {
+            if !self.lies("event-status") {
                 return honest;
             }
             // The host accepts one terminal state for the other (a failure
@@ -230,7 +247,7 @@ mod component {
 
         fn usage(&mut self) -> MemoryUsage {
             let mut usage = glue::usage(self.memory.stats());
-            if !self.lies() {
+            if !self.lies("usage") {
                 return usage;
             }
             let beyond = |rng: &mut Rng, limit: u64| limit.saturating_add(1 + rng.below(1 << 20));
@@ -270,13 +287,14 @@ mod component {
             if DEVICE.with_borrow(Option::is_some) {
                 return Err("init called twice; the device is already set up".into());
             }
-            let Config { seed, lie_rate, unknown } = Config::parse(&config.options)?;
+            let Config { seed, lie_rate, lie_in, unknown } = Config::parse(&config.options)?;
             for key in unknown {
                 log(LogLevel::Warn, &format!("ignoring unknown option {key:?}"));
             }
             DEVICE.set(Some(Device {
                 rng: Rng::new(seed, config.ordinal),
                 lie_rate,
+                lie_in,
                 memory_size: config.memory_size,
                 memory: BestFit::new(config.memory_size),
                 ordering: Ordering::default(),
@@ -399,8 +417,11 @@ mod tests {
     fn options_parse_and_typos_are_refused() {
         let config = Config::parse(&options(&[("seed", "123"), ("lie-rate", "0.25"), ("colour", "red")])).unwrap();
         assert_eq!((config.seed, config.lie_rate, config.unknown), (123, 0.25, vec!["colour".to_owned()]));
-        assert_eq!(Config::parse(&[]).unwrap().lie_rate, 0.1);
-        for bad in [("seed", "x"), ("lie-rate", "1.5"), ("lie-rate", "-0.1"), ("lie-rate", "often")] {
+        assert_eq!((Config::parse(&[]).unwrap().lie_rate, Config::parse(&[]).unwrap().lie_in), (0.1, None));
+        let only = Config::parse(&options(&[("lie-in", "allocate, usage")])).unwrap().lie_in;
+        assert_eq!(only, Some(vec!["allocate".to_owned(), "usage".to_owned()]));
+        for bad in [("seed", "x"), ("lie-rate", "1.5"), ("lie-rate", "-0.1"), ("lie-rate", "often"), ("lie-in", "free")]
+        {
             let err = Config::parse(&options(&[bad])).unwrap_err();
             assert!(err.contains(bad.0), "{err}");
         }

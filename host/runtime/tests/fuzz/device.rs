@@ -80,6 +80,73 @@ fn program(rate: usize) -> Arc<GuestProgram> {
         .clone()
 }
 
+/// A device whose guest lies in every `allocate` and nowhere else: one
+/// allocation replaces its instance, on purpose.
+fn lies_in_allocate_only(ordinal: u32) -> Arc<Device> {
+    let mut policy = Policy::for_guest("fuzz-device", fuzz_guest());
+    policy.device.memory_bytes = MEMORY;
+    policy.device.huge_pages = false;
+    policy.guest.config.insert("lie-rate".into(), toml::Value::String("1".into()));
+    policy.guest.config.insert("lie-in".into(), toml::Value::String("allocate".into()));
+    let program = GuestProgram::load(&policy).expect("the fuzz guest loads");
+    Device::new(&program, "WASM", ordinal).expect("the device starts")
+}
+
+/// Work that holds its stream for a while, so later work queues behind it.
+fn slow_work() -> WorkFn {
+    Box::new(|| {
+        std::thread::sleep(Duration::from_millis(50));
+        Ok(())
+    })
+}
+
+#[test]
+fn markers_of_objects_the_guest_does_not_know_keep_its_seqs() {
+    // Found by the fuzz test below: an event (or timer) made before a
+    // replacement, recorded on a stream made after it, got a seq the host
+    // chose without telling the guest, which then handed out the same seq
+    // for the next work and was replaced for it.
+    let device = lies_in_allocate_only(1);
+    let (event, timer) = (device.create_event().unwrap(), device.create_timer().unwrap());
+    assert!(matches!(device.allocate(256), Err(Error::GuestInvalid { .. })));
+    assert_eq!(device.replacements(), 1);
+    let stream = device.create_stream().unwrap();
+    device.submit(stream, WorkKind::HostCallback, slow_work(), None).unwrap();
+    device.record_event(stream, event).unwrap();
+    device.mark_timer(stream, timer, true).unwrap();
+    device.submit(stream, WorkKind::CopyHostToDevice, Box::new(|| Ok(())), Some(64)).unwrap();
+    device.block_until_done(stream).unwrap();
+    assert_eq!(device.replacements(), 1, "{:?}", device.last_fault());
+    assert_eq!(device.event_status(event).unwrap(), EventStatus::Complete);
+}
+
+#[test]
+fn waits_the_guest_was_never_told_of_are_the_hosts() {
+    // Found by the fuzz test below: a stream made after a replacement was
+    // made to wait on one the guest no longer knows; the guest's ticket
+    // could not carry that wait, and the host replaced it for leaving it out.
+    let device = lies_in_allocate_only(2);
+    let old = device.create_stream().unwrap();
+    let event = device.create_event().unwrap();
+    assert!(matches!(device.allocate(256), Err(Error::GuestInvalid { .. })));
+    let new = device.create_stream().unwrap();
+    device.submit(old, WorkKind::HostCallback, slow_work(), None).unwrap();
+    device.record_event(old, event).unwrap();
+    device.add_dependency(new, old, device.stream_queue(old).unwrap()).unwrap();
+    device.wait_for_event(new, event).unwrap();
+    let ran_after = Arc::new(AtomicU64::new(0));
+    let (old_queue, flag) = (device.stream_queue(old).unwrap(), ran_after.clone());
+    let work: WorkFn = Box::new(move || {
+        // The host still orders it after the work it waits for.
+        flag.store(u64::from(old_queue.completed() >= 2), Ordering::SeqCst);
+        Ok(())
+    });
+    device.submit(new, WorkKind::HostCallback, work, None).unwrap();
+    device.block_until_done(new).unwrap();
+    assert_eq!(device.replacements(), 1, "{:?}", device.last_fault());
+    assert_eq!(ran_after.load(Ordering::SeqCst), 1, "the work ran before what it waited for");
+}
+
 /// Lie rates: rare (long honest stretches between lies, deep states) and
 /// frequent (replacement after replacement, then a disabled device).
 const RATES: [f64; 2] = [0.04, 0.3];
