@@ -8,4 +8,5 @@
 mod device;
 mod hostile;
 mod layout;
+mod passes;
 mod support;

@@ -39,6 +39,6 @@ pub mod config;
 pub mod graph;
 
 pub use tfwasm_kernels as kernels;
-pub use tfwasm_runtime::{device, error, policy, pool, sandbox};
+pub use tfwasm_runtime::{device, error, passes, policy, pool, sandbox};
 
 pub use error::{Error, Result};

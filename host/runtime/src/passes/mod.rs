@@ -12,6 +12,11 @@
 //!   of what TensorFlow knows (its op registry, the device's kernels).
 //! - [`catalog`]: the device's kernel table, and the snapshot of
 //!   TensorFlow's registry that offline checks use.
+//! - [`pipeline`]: pass programs (compiled, described, checked), and the
+//!   pipeline that runs them, swaps them and keeps their counters.
 
 pub mod catalog;
+pub mod pipeline;
 pub mod validate;
+
+pub use pipeline::{PassProgram, PassStatus, Pipeline, RunContext, RunOutcome};

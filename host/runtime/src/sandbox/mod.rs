@@ -560,10 +560,19 @@ impl GuestSource<'_> {
         if let Some(reason) = self.world.other_version(imports.iter().chain(&exports)) {
             return Err(load_err(reason));
         }
+        let lacks = |interface: &&str| {
+            let wanted = format!("{}/{interface}", self.world.package);
+            !exports.iter().any(|name| name.split('@').next() == Some(wanted.as_str()))
+        };
+        let exports: Vec<String> = exports.iter().map(|name| (*name).to_owned()).collect();
+        // What it exports says what it is: a guest of another world gets
+        // that said, not a list of imports the linker could not match.
+        if self.world.exports.iter().any(lacks) {
+            return Err(load_err(self.world.missing_exports(&exports)));
+        }
         if let Some(reason) = refused_imports(&imports, self.capabilities) {
             return Err(load_err(reason));
         }
-        let exports = exports.into_iter().map(str::to_owned).collect();
         Ok((component, cached, exports))
     }
 }
@@ -582,7 +591,9 @@ fn describe_trap(trap: Option<Trap>, error: &wasmtime::Error) -> String {
     }
     reason.push_str(match trap {
         Some(Trap::UnreachableCodeReached) => " (a Rust guest panicked, aborted or hit `unreachable`)",
-        Some(Trap::MemoryOutOfBounds) => " (out-of-bounds memory access)",
+        // A Rust guest's stack lives in its linear memory: running out of it
+        // ends here too, not in a stack overflow.
+        Some(Trap::MemoryOutOfBounds) => " (outside the guest's own memory, or a Rust guest's stack ran out)",
         Some(Trap::StackOverflow) => " (stack overflow)",
         _ => "",
     });
