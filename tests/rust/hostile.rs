@@ -406,7 +406,7 @@ fn slow_but_legal_answers_are_not_faults() {
 fn a_guest_whose_own_stack_runs_out_traps() {
     faults_then_recovers(
         "deep-recursion",
-        |e| matches!(e, Error::GuestTrap { reason, .. } if reason.contains("out-of-bounds") || reason.contains("stack overflow")),
+        |e| matches!(e, Error::GuestTrap { reason, .. } if reason.contains("out of bounds") && reason.contains("stack ran out")),
     );
 }
 
