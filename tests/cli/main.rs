@@ -8,6 +8,7 @@ use std::process::Command;
 mod c_guest;
 mod contract;
 mod hostile_wat;
+mod pass;
 mod precompile;
 
 fn workspace() -> PathBuf {

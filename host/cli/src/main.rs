@@ -17,10 +17,14 @@
 //!   the plugin reads ([`precompile`]).
 //! - `tfwasm graph roundtrip IN.pb OUT.pb`: a GraphDef through tfwasm's
 //!   schema, as a pass guest sees it ([`graph`]).
+//! - `tfwasm pass run PASS.wasm GRAPH.pb` and `tfwasm pass check
+//!   PASS.wasm`: a graph-optimizer pass through the plugin's pipeline and
+//!   checks, on a graph or on golden graphs from TensorFlow ([`pass`]).
 
 mod conformance;
 mod graph;
 mod info;
+mod pass;
 mod precompile;
 
 use std::path::PathBuf;
@@ -76,11 +80,51 @@ enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// Graph-optimizer passes (world `pass`, wit/optimizer).
+    Pass {
+        #[command(subcommand)]
+        command: PassCommand,
+    },
     /// Graphs, as pass guests see them.
     Graph {
         #[command(subcommand)]
         command: GraphCommand,
     },
+}
+
+#[derive(Subcommand)]
+enum PassCommand {
+    /// Run a pass on a serialized GraphDef and say what it changed and
+    /// whether the host's checks accept its answer.
+    Run {
+        pass: PathBuf,
+        graph: PathBuf,
+        /// Write the pass's answer here (when it changed the graph).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Node names TensorFlow would ask to keep (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        preserve: Vec<String>,
+        /// `KEY=VALUE` options, as `[pass.config]` in a policy.
+        #[arg(long = "config", value_parser = parse_option)]
+        options: Vec<(String, String)>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The pass conformance suite: it loads and describes itself, and on
+    /// golden graphs captured from TensorFlow its answers pass the host's
+    /// checks and are stable under a second run.
+    Check {
+        pass: PathBuf,
+        #[arg(long = "config", value_parser = parse_option)]
+        options: Vec<(String, String)>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_option(text: &str) -> Result<(String, String), String> {
+    text.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("{text:?} is not KEY=VALUE"))
 }
 
 #[derive(Subcommand)]
@@ -124,6 +168,37 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(if results.iter().all(|r| r.passed) { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Policy { command: PolicyCommand::Check { policy } } => Ok(check_policy(&policy)),
+        Command::Pass { command: PassCommand::Run { pass, graph, output, preserve, options, json } } => {
+            let section = pass::section(&pass, &options)?;
+            let run = pass::run(&section, &graph, &preserve, output.as_deref())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&run)?);
+            } else {
+                let verdict = match (&run.failure, run.changed) {
+                    (Some(reason), _) => format!("FAILED: {reason}"),
+                    (None, true) => "changed; the host's checks accept it".to_owned(),
+                    (None, false) => "unchanged".to_owned(),
+                };
+                println!(
+                    "{}: {} → {} nodes in {:.1} ms, {verdict}",
+                    run.graph, run.nodes_before, run.nodes_after, run.milliseconds
+                );
+                for (node, reason) in &run.rewrites {
+                    println!("  {node}: {reason}");
+                }
+            }
+            Ok(if run.accepted { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Pass { command: PassCommand::Check { pass, options, json } } => {
+            let section = pass::section(&pass, &options)?;
+            let checks = pass::check(&section);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&checks)?);
+            } else {
+                pass::print_checks(&pass, &checks);
+            }
+            Ok(if checks.iter().all(|c| c.passed) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
         Command::Graph { command: GraphCommand::Roundtrip { input, output } } => {
             let kept = graph::roundtrip(&input, &output)?;
             println!(
