@@ -69,7 +69,7 @@ export TFWASM_TF_INCLUDE
 # Same profile, features and target dir as setup.sh's `cargo build --release`,
 # so the dependencies (wasmtime above all) are reused, not rebuilt.
 run "host tests" cargo test --release -p tfwasm -p tfwasm-runtime -p tfwasm-kernels -p tfwasm-cli
-run "guest unit tests" cargo test -p tfwasm-reference-device -p tfwasm-hostile-device
+run "guest unit tests" cargo test -p tfwasm-reference-device -p tfwasm-hostile-device -p tfwasm-fuzz-device -p tfwasm-fuse-pass
 run "C guest unit tests" bash guest/c-device/build.sh test
 
 # The runtime (sandbox, policy, device) is what a guest author runs on any OS.

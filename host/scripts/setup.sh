@@ -46,6 +46,9 @@ cargo build --target "$WASM_TARGET" --profile guest \
 step "Build the C guest (guest/c-device: clang, wit-bindgen c, wasm-tools)"
 bash guest/c-device/build.sh
 
+step "Build the WAT hostile guests (guest/hostile-wat)"
+bash guest/hostile-wat/build.sh
+
 step "Build host and the tfwasm command (release)"
 cargo build --release -p tfwasm -p tfwasm-cli
 
