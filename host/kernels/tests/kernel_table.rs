@@ -42,5 +42,6 @@ fn the_kernel_table_snapshot_is_current() {
         "{} is not the kernels crate's registry: run TFWASM_BLESS=1 cargo test -p tfwasm-kernels --test kernel_table",
         path.display()
     );
-    assert_eq!(KernelTable::parse(&kept).unwrap(), table());
+    // What offline checks read back is the registry (kernel order aside).
+    assert!(KernelTable::parse(&kept).unwrap().to_text() == table().to_text(), "the table does not read back");
 }
