@@ -177,7 +177,7 @@ impl Mode {
     }
 
     /// Whether this mode changes `allocate`'s answer (and so honours `after`).
-    fn misplaces(self) -> bool {
+    pub fn misplaces(self) -> bool {
         matches!(
             self,
             Mode::TrapOnAllocate
