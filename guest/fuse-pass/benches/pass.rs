@@ -6,7 +6,7 @@
 //! - native: `tfwasm::graph::updates::assign_updates` + `fuse::fuse_elementwise`
 //!   on the bytes (what the plugin ran in-process);
 //! - guest logic, natively: prost decode, both rewrites, encode
-//!   (`pass::optimize`), and the decode and encode alone;
+//!   (`pass::optimize`), and the decode, the rewrites and the encode alone;
 //! - the component under wasmtime, one `optimize` call (arguments and
 //!   answer crossing included), when it has been built:
 //!   `cargo build --target wasm32-wasip2 --profile guest -p tfwasm-fuse-pass`.
@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use tfwasm_fuse_pass::node::DT_FLOAT;
 use tfwasm_fuse_pass::pass::{self, Context, Kernel, Plan};
-use tfwasm_fuse_pass::program;
+use tfwasm_fuse_pass::{fuse, program, updates};
 use tfwasm_proto::graph::GraphDef;
 use tfwasm_proto::prost::Message;
 
@@ -83,8 +83,8 @@ fn main() {
     }
 
     println!(
-        "{:<22} {:>6} {:>8} {:>10} {:>10} {:>8} {:>8} {:>9} {:>10}",
-        "graph", "nodes", "bytes", "native µs", "guest µs", "decode", "encode", "ratio", "wasm µs"
+        "{:<22} {:>6} {:>8} {:>10} {:>10} {:>8} {:>8} {:>8} {:>9} {:>10}",
+        "graph", "nodes", "bytes", "native µs", "guest µs", "decode", "rewrite", "encode", "ratio", "wasm µs"
     );
     for file in files {
         let graph = legalized(&std::fs::read(&file).unwrap());
@@ -108,17 +108,27 @@ fn main() {
         let encode = measure(iters, || {
             black_box(black_box(&decoded).encode_to_vec());
         });
+        // The rewrites alone: on a copy of the decoded graph, less the copy.
+        let copy = measure(iters, || {
+            black_box(black_box(&decoded).clone());
+        });
+        let rewrite = measure(iters, || {
+            let mut graph = black_box(&decoded).clone();
+            updates::assign_updates(&mut graph, "WASM");
+            black_box(fuse::fuse_elementwise(&mut graph, "WASM", &|name| keep.contains(name.as_bytes())));
+        }) - copy;
         let in_wasm = guest.as_mut().map_or(String::from("-"), |guest| {
             format!("{:.1}", measure(iters.min(1000), || guest.optimize(&graph, &context)))
         });
         println!(
-            "{:<22} {:>6} {:>8} {:>10.1} {:>10.1} {:>8.1} {:>8.1} {:>8.1}× {:>10}",
+            "{:<22} {:>6} {:>8} {:>10.1} {:>10.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1}× {:>10}",
             file.file_stem().unwrap().to_string_lossy(),
             decoded.node.len(),
             graph.len(),
             native,
             ours,
             decode,
+            rewrite,
             encode,
             ours / native,
             in_wasm

@@ -47,13 +47,10 @@ pub fn fuse_elementwise(graph: &mut GraphDef, device_type: &str, preserve: &dyn 
         for &member in &group.members {
             removed[member] = member != group.root;
         }
-        let root = group.root;
-        fused.push(Fused {
-            name: graph.node[root].name.clone(),
-            members: group.members.len(),
-            expr: group.expr.clone(),
-        });
-        graph.node[root] = group.into_node(&graph.node[root]);
+        let at = group.root;
+        let root = std::mem::take(&mut graph.node[at]);
+        fused.push(Fused { name: root.name.clone(), members: group.members.len(), expr: group.expr.clone() });
+        graph.node[at] = group.into_node(root);
     }
     let mut index = 0;
     graph.node.retain(|_| {
@@ -76,17 +73,17 @@ struct Group {
 
 impl Group {
     /// The fused node, under `root`'s name on `root`'s device.
-    fn into_node(self, root: &NodeDef) -> NodeDef {
+    fn into_node(self, root: NodeDef) -> NodeDef {
         let attr = [
             ("N".to_owned(), AttrValue { value: Some(attr_value::Value::I(self.data as i64)) }),
             ("T".to_owned(), type_value(DT_FLOAT)),
             ("expr".to_owned(), AttrValue { value: Some(attr_value::Value::S(self.expr.into_bytes())) }),
         ];
         NodeDef {
-            name: root.name.clone(),
+            name: root.name,
             op: program::OP.into(),
             input: self.inputs,
-            device: root.device.clone(),
+            device: root.device,
             attr: attr.into(),
             ..Default::default()
         }
