@@ -8,6 +8,10 @@
 //!   says when; every lie must cost the instance, no honest answer may, and
 //!   what the host accepted must stay consistent.
 //!
+//! - [`pass_answers`]: the checks of what an optimizer pass answers, on
+//!   arbitrary bytes and on graphs captured from TensorFlow, edited as a
+//!   hostile pass would.
+//!
 //! Case counts are sized for CI (all fuzz tests of the workspace in well
 //! under a minute on two cores); `PROPTEST_CASES=N` runs N cases per test
 //! instead (docs/architecture.md, "Fuzzing").
@@ -17,6 +21,7 @@
 
 mod arena;
 mod device;
+mod pass_answers;
 
 use std::io::Write;
 use std::time::Instant;
@@ -43,11 +48,11 @@ pub fn fuzz<S: Strategy>(
     let outcome = TestRunner::new(config).run(&strategy, test);
     let _ = writeln!(
         std::io::stderr(),
-        "device fuzz {name}: {cases} cases in {:.1} s ({})",
+        "fuzz {name}: {cases} cases in {:.1} s ({})",
         started.elapsed().as_secs_f64(),
         summary()
     );
     if let Err(failure) = outcome {
-        panic!("device fuzz {name}: {failure}");
+        panic!("fuzz {name}: {failure}");
     }
 }
