@@ -27,7 +27,7 @@ use tfwasm_proto::prost::Message;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::Store;
 
-use super::catalog::KernelTable;
+use super::catalog::{KernelTable, DEVICE_DEFAULT_OPS};
 use super::validate::{check_answer, Expectations, OpCatalog};
 use crate::error::Error;
 use crate::policy::PassSection;
@@ -513,8 +513,11 @@ impl Pipeline {
     }
 }
 
+/// The device's kernels as a pass sees them: the table's, and TensorFlow's
+/// own kernels for every device (`ReadVariableOp`, `AssignVariableOp`, …),
+/// which [`KernelTable::supports`] counts too.
 fn wit_kernels(table: &KernelTable) -> Vec<WitKernel> {
-    table
+    let mut kernels: Vec<WitKernel> = table
         .kernels()
         .map(|kernel| WitKernel {
             op: kernel.op.clone(),
@@ -524,5 +527,7 @@ fn wit_kernels(table: &KernelTable) -> Vec<WitKernel> {
                 .map(|c| WitTypeConstraint { attr: c.attr.clone(), dtypes: c.dtypes.clone() })
                 .collect(),
         })
-        .collect()
+        .collect();
+    kernels.extend(DEVICE_DEFAULT_OPS.iter().map(|op| WitKernel { op: (*op).to_owned(), types: Vec::new() }));
+    kernels
 }
