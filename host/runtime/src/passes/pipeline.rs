@@ -65,15 +65,14 @@ const MAX_LIST: usize = 4096;
 impl self::tfwasm::optimizer::host::Host for GuestState {
     fn log(&mut self, level: self::tfwasm::optimizer::host::LogLevel, message: String) {
         use self::tfwasm::optimizer::host::LogLevel;
-        let message = guest_text(&message, 4096);
-        let pass = &*self.guest;
-        match level {
-            LogLevel::Trace => tracing::trace!("{pass}: {message}"),
-            LogLevel::Debug => tracing::debug!("{pass}: {message}"),
-            LogLevel::Info => tracing::info!("{pass}: {message}"),
-            LogLevel::Warn => tracing::warn!("{pass}: {message}"),
-            LogLevel::Error => tracing::error!("{pass}: {message}"),
-        }
+        let level = match level {
+            LogLevel::Trace => tracing::Level::TRACE,
+            LogLevel::Debug => tracing::Level::DEBUG,
+            LogLevel::Info => tracing::Level::INFO,
+            LogLevel::Warn => tracing::Level::WARN,
+            LogLevel::Error => tracing::Level::ERROR,
+        };
+        self.log_line(level, &message);
     }
 
     fn now_ns(&mut self) -> u64 {

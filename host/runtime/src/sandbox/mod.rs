@@ -204,16 +204,14 @@ impl WasiView for GuestState {
 impl self::tfwasm::device::host::Host for GuestState {
     fn log(&mut self, level: self::tfwasm::device::host::LogLevel, message: String) {
         use self::tfwasm::device::host::LogLevel;
-        // Guests can neither flood the log nor forge lines in it.
-        let message = guest_text(&message, MAX_LOG_CHARS);
-        let guest = &*self.guest;
-        match level {
-            LogLevel::Trace => tracing::trace!("{guest}: {message}"),
-            LogLevel::Debug => tracing::debug!("{guest}: {message}"),
-            LogLevel::Info => tracing::info!("{guest}: {message}"),
-            LogLevel::Warn => tracing::warn!("{guest}: {message}"),
-            LogLevel::Error => tracing::error!("{guest}: {message}"),
-        }
+        let level = match level {
+            LogLevel::Trace => tracing::Level::TRACE,
+            LogLevel::Debug => tracing::Level::DEBUG,
+            LogLevel::Info => tracing::Level::INFO,
+            LogLevel::Warn => tracing::Level::WARN,
+            LogLevel::Error => tracing::Level::ERROR,
+        };
+        self.log_line(level, &message);
     }
 
     fn now_ns(&mut self) -> u64 {
@@ -222,6 +220,22 @@ impl self::tfwasm::device::host::Host for GuestState {
 }
 
 impl self::tfwasm::device::types::Host for GuestState {}
+
+impl GuestState {
+    /// A line the guest asked the host to log, tagged with the guest's name.
+    /// Guests can neither flood the log nor forge lines in it.
+    pub(crate) fn log_line(&self, level: tracing::Level, message: &str) {
+        let message = guest_text(message, MAX_LOG_CHARS);
+        let guest = &*self.guest;
+        match level {
+            tracing::Level::TRACE => tracing::trace!("{guest}: {message}"),
+            tracing::Level::DEBUG => tracing::debug!("{guest}: {message}"),
+            tracing::Level::INFO => tracing::info!("{guest}: {message}"),
+            tracing::Level::WARN => tracing::warn!("{guest}: {message}"),
+            _ => tracing::error!("{guest}: {message}"),
+        }
+    }
+}
 
 /// Nanoseconds on the host's monotonic clock, from the first call.
 pub fn monotonic_ns() -> u64 {
