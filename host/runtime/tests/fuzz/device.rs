@@ -100,8 +100,20 @@ fn slow_work() -> WorkFn {
     })
 }
 
+/// The tests here run guests that log, one at a time: `tracing` caches
+/// whether a log call site has a listener, and a guest logging on another
+/// test's thread while the confessions subscriber is being installed can
+/// leave that cache saying "nobody listens" (seen on a fresh build: every
+/// confession lost, every lie taken for an honest answer).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[test]
 fn markers_of_objects_the_guest_does_not_know_keep_its_seqs() {
+    let _serial = one_at_a_time();
     // Found by the fuzz test below: an event (or timer) made before a
     // replacement, recorded on a stream made after it, got a seq the host
     // chose without telling the guest, which then handed out the same seq
@@ -122,6 +134,7 @@ fn markers_of_objects_the_guest_does_not_know_keep_its_seqs() {
 
 #[test]
 fn waits_the_guest_was_never_told_of_are_the_hosts() {
+    let _serial = one_at_a_time();
     // Found by the fuzz test below: a stream made after a replacement was
     // made to wait on one the guest no longer knows; the guest's ticket
     // could not carry that wait, and the host replaced it for leaving it out.
@@ -415,6 +428,7 @@ fn step(device: &Arc<Device>, model: &mut Model, op: &Op, lied: impl Fn() -> boo
 
 #[test]
 fn every_lie_costs_the_instance_and_nothing_else_does() {
+    let _serial = one_at_a_time();
     let confessions = Confessions::default();
     let _capture = tracing::subscriber::set_default(confessions.clone());
     let told = Mutex::new(BTreeMap::<String, u64>::new());
