@@ -11,7 +11,7 @@ use serde::Serialize;
 use tfwasm_proto::graph::GraphDef;
 use tfwasm_proto::prost::Message;
 use tfwasm_runtime::passes::catalog::Catalog;
-use tfwasm_runtime::passes::{Pipeline, RunContext};
+use tfwasm_runtime::passes::{PassProgram, Pipeline, RunContext};
 use tfwasm_runtime::policy::PassSection;
 
 /// Graphs captured from TensorFlow 2.21 as it hands them to the optimizer
@@ -95,8 +95,8 @@ pub fn run(section: &PassSection, graph: &Path, preserve: &[String], output: Opt
 
 fn load(section: &PassSection) -> Result<Pipeline> {
     // The load error, which `Pipeline::load` only logs, is the answer here.
-    tfwasm_runtime::passes::PassProgram::load(section, None).map_err(|e| anyhow!("{e}"))?;
-    Ok(Pipeline::load(std::slice::from_ref(section), None))
+    let program = PassProgram::load(section, None).map_err(|e| anyhow!("{e}"))?;
+    Ok(Pipeline::from_programs([program]))
 }
 
 /// One check of `pass check`.
@@ -112,7 +112,7 @@ pub struct Check {
 /// host's checks; and a second run on its own answer changes nothing more.
 pub fn check(section: &PassSection) -> Vec<Check> {
     let mut checks = Vec::new();
-    let program = match tfwasm_runtime::passes::PassProgram::load(section, None) {
+    let program = match PassProgram::load(section, None) {
         Ok(program) => program,
         Err(error) => {
             checks.push(Check { check: "load".into(), passed: false, detail: error.to_string() });
@@ -132,7 +132,7 @@ pub fn check(section: &PassSection) -> Vec<Check> {
         ),
     });
     let catalog = Catalog::snapshot();
-    let pipeline = Pipeline::load(std::slice::from_ref(section), None);
+    let pipeline = Pipeline::from_programs([program.clone()]);
     for (name, graph) in GOLDEN {
         let all: Vec<String> =
             GraphDef::decode(*graph).map(|g| g.node.into_iter().map(|n| n.name).collect()).unwrap_or_default();

@@ -293,26 +293,32 @@ impl Pipeline {
     /// Loads every pass of the policy. A pass that fails to load is left
     /// out with an error in the log; the others run.
     pub fn load(sections: &[PassSection], cache_dir: Option<&std::path::Path>) -> Pipeline {
-        let slots = sections
-            .iter()
-            .filter_map(|section| match PassProgram::load(section, cache_dir) {
-                Ok(program) => Some(Slot {
-                    name: section.name.clone(),
-                    enabled: AtomicBool::new(section.enabled),
-                    program: ArcSwap::new(program),
-                    instance: Mutex::new(None),
-                    disabled: Mutex::new(None),
-                    calls: AtomicU64::new(0),
-                    rewrites: AtomicU64::new(0),
-                    failures: AtomicU64::new(0),
-                    failures_in_a_row: AtomicU64::new(0),
-                    last_error: Mutex::new(None),
-                    generation: AtomicU64::new(1),
-                }),
-                Err(error) => {
-                    tracing::error!("tfwasm: {error}; the pipeline runs without it");
-                    None
-                }
+        Pipeline::from_programs(sections.iter().filter_map(|section| match PassProgram::load(section, cache_dir) {
+            Ok(program) => Some(program),
+            Err(error) => {
+                tracing::error!("tfwasm: {error}; the pipeline runs without it");
+                None
+            }
+        }))
+    }
+
+    /// A pipeline of programs already loaded, in order, each in a slot named
+    /// by its policy entry.
+    pub fn from_programs(programs: impl IntoIterator<Item = Arc<PassProgram>>) -> Pipeline {
+        let slots = programs
+            .into_iter()
+            .map(|program| Slot {
+                name: program.section.name.clone(),
+                enabled: AtomicBool::new(program.section.enabled),
+                program: ArcSwap::new(program),
+                instance: Mutex::new(None),
+                disabled: Mutex::new(None),
+                calls: AtomicU64::new(0),
+                rewrites: AtomicU64::new(0),
+                failures: AtomicU64::new(0),
+                failures_in_a_row: AtomicU64::new(0),
+                last_error: Mutex::new(None),
+                generation: AtomicU64::new(1),
             })
             .collect();
         Pipeline { slots }
