@@ -5,7 +5,7 @@
 #                                                host unit tests + tests/rust (integration,
 #                                                incl. the C-layout check against the wheel's headers)
 #                                                + tests/cli (the `tfwasm check` suite on real guests)
-#   2. cargo test -p tfwasm-reference-device     the reference guest's own unit tests, natively
+#   2. cargo test -p tfwasm-reference-device …   the guests' own unit tests (the contraction pass's too), natively
 #      bash guest/c-device/build.sh test          the C guest's unit tests, natively (ASan, UBSan)
 #   3. cargo check -p tfwasm-runtime -p tfwasm-cli --target …
 #                                                the runtime and the command build for Windows and macOS
@@ -70,7 +70,7 @@ export TFWASM_TF_INCLUDE
 # so the dependencies (wasmtime above all) are reused, not rebuilt.
 # The reference pass's tests compare it with the plugin's native rewrites: release, with the host's.
 run "host tests" cargo test --release -p tfwasm -p tfwasm-runtime -p tfwasm-kernels -p tfwasm-cli -p tfwasm-fuse-pass
-run "guest unit tests" cargo test -p tfwasm-reference-device -p tfwasm-hostile-device -p tfwasm-fuzz-device
+run "guest unit tests" cargo test -p tfwasm-reference-device -p tfwasm-hostile-device -p tfwasm-fuzz-device -p tfwasm-contraction-pass
 run "C guest unit tests" bash guest/c-device/build.sh test
 
 # The runtime (sandbox, policy, device) is what a guest author runs on any OS.
