@@ -7,6 +7,7 @@ use std::process::Command;
 
 mod c_guest;
 mod contract;
+mod contraction_pass;
 mod hostile_wat;
 mod pass;
 mod precompile;

@@ -19,6 +19,8 @@ use tfwasm_runtime::policy::PassSection;
 const GOLDEN: &[(&str, &[u8])] = &[
     ("keras_mlp_step", include_bytes!("../../../tests/fixtures/graphs/keras_mlp_step.pb")),
     ("keras_mlp_step_call", include_bytes!("../../../tests/fixtures/graphs/keras_mlp_step_call.pb")),
+    ("keras_cnn_step", include_bytes!("../../../tests/fixtures/graphs/keras_cnn_step.pb")),
+    ("keras_cnn_step_call", include_bytes!("../../../tests/fixtures/graphs/keras_cnn_step_call.pb")),
     ("embedding_lstm", include_bytes!("../../../tests/fixtures/graphs/embedding_lstm.pb")),
     ("embedding_lstm_call", include_bytes!("../../../tests/fixtures/graphs/embedding_lstm_call.pb")),
     ("while_cond", include_bytes!("../../../tests/fixtures/graphs/while_cond.pb")),
