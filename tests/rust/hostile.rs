@@ -444,32 +444,6 @@ fn a_huge_hardware_name_refuses_the_device() {
     assert_names_guest(&err);
 }
 
-/// What the runtime logs while `body` runs on this thread.
-fn logged(body: impl FnOnce()) -> String {
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<parking_lot::Mutex<Vec<u8>>>);
-    impl std::io::Write for Buffer {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buffer = Buffer::default();
-    let writer = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .without_time()
-        .with_max_level(tracing::Level::WARN)
-        .finish();
-    tracing::subscriber::with_default(subscriber, body);
-    let bytes = buffer.0.lock().clone();
-    String::from_utf8(bytes).unwrap()
-}
-
 #[test]
 fn a_guest_cannot_forge_lines_in_the_log() {
     let log = logged(|| drop(hostile_device("log-forgery", 0)));

@@ -7,6 +7,7 @@
 
 mod device;
 mod hostile;
+mod hostile_passes;
 mod layout;
 mod passes;
 mod support;

@@ -5,8 +5,6 @@
 //! refuses a file that is not a pass.
 
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
 
 use tfwasm::passes::catalog::Catalog;
 use tfwasm::passes::{Pipeline, RunContext};
@@ -14,21 +12,11 @@ use tfwasm::policy::PassSection;
 use tfwasm_proto::graph::GraphDef;
 use tfwasm_proto::prost::Message;
 
-use crate::support::{reference_guest, workspace};
+use crate::support::{pass_guest, reference_guest, workspace};
 
 /// The reference pass, built once per test run.
 fn fuse_pass() -> PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .current_dir(workspace())
-            .args(["build", "--quiet", "--target", "wasm32-wasip2", "--profile", "guest", "-p", "tfwasm-fuse-pass"])
-            .status()
-            .expect("run cargo to build the pass");
-        assert!(status.success(), "building the pass failed");
-    });
-    workspace().join("target/wasm32-wasip2/guest/tfwasm_fuse_pass.wasm")
+    pass_guest("tfwasm-fuse-pass")
 }
 
 fn section(name: &str, path: PathBuf) -> PassSection {

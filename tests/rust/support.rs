@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tfwasm::device::{Device, Platform};
 use tfwasm::policy::Policy;
@@ -27,6 +27,26 @@ pub fn guest(file: &str) -> PathBuf {
         assert!(status.success(), "building the guests failed");
     });
     let path = workspace().join("target/wasm32-wasip2/guest").join(file);
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+/// Builds the pass guest `package` (once per package per test run) and
+/// returns its component, `target/wasm32-wasip2/guest/<crate>.wasm`.
+pub fn pass_guest(package: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !built.iter().any(|p| p == package) {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(workspace())
+            .args(["build", "--quiet", "--target", "wasm32-wasip2", "--profile", "guest", "-p", package])
+            .status()
+            .expect("run cargo to build the pass");
+        assert!(status.success(), "building {package} failed");
+        built.push(package.to_owned());
+    }
+    let path = workspace().join("target/wasm32-wasip2/guest").join(format!("{}.wasm", package.replace('-', "_")));
     assert!(path.exists(), "{} was not built", path.display());
     path
 }
@@ -66,4 +86,30 @@ pub fn hostile_device(mode: &str, after: u32) -> Arc<Device> {
 
 pub fn start_error(policy: &Policy) -> tfwasm::Error {
     Platform::start(policy, "WASM").expect_err("the platform must refuse this guest")
+}
+
+/// What the runtime logs at WARN and above while `body` runs on this thread.
+pub fn logged(body: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<parking_lot::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .without_time()
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    tracing::subscriber::with_default(subscriber, body);
+    let bytes = buffer.0.lock().clone();
+    String::from_utf8(bytes).unwrap()
 }
