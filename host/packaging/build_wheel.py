@@ -6,6 +6,7 @@ The wheel installs into site-packages:
     tensorflow-plugins/libtfwasm.so                 loaded by `import tensorflow`
     tensorflow-plugins/tfwasm/device.toml           default sandbox policy
     tensorflow-plugins/tfwasm/reference_device.wasm default guest
+    tensorflow-plugins/tfwasm/*_pass.wasm           the reference optimizer passes the policy runs
     tfwasm/*.py                                     `python -m tfwasm sweep|coverage`
     (the environment's bin/)tfwasm                  the `tfwasm` command: check, info,
                                                     precompile, policy check
@@ -143,6 +144,14 @@ SHIPPED = (
     ("tfwasm-cli", "x86_64-unknown-linux-gnu", "bin/tfwasm"),
 )
 
+# The reference optimizer passes: (package, the component cargo builds with
+# --profile guest, its name beside the default policy, which lists them).
+PASSES = (
+    ("tfwasm-fuse-pass", "tfwasm_fuse_pass.wasm", "fuse_pass.wasm"),
+)
+SHIPPED += tuple((package, "wasm32-wasip2", f"{PLUGIN_DIR}/{NAME}/{name}") for package, _, name in PASSES)
+GUEST_DIR = REPO / "target/wasm32-wasip2/guest"
+
 # Native code a crate builds from sources it carries, under a license of its
 # own that the crate's declared license does not name.
 BUNDLED = {
@@ -254,7 +263,9 @@ def third_party_notices() -> bytes:
 
 
 def build(plugin: Path, policy: Path, guest: Path, cli: Path, out_dir: Path) -> Path:
-    for label, path in (("plugin", plugin), ("policy", policy), ("guest", guest), ("command", cli)):
+    passes = [(f"pass {package}", GUEST_DIR / built, name) for package, built, name in PASSES]
+    for label, path in (("plugin", plugin), ("policy", policy), ("guest", guest), ("command", cli),
+                        *((label, path) for label, path, _ in passes)):
         if not path.is_file():
             sys.exit(f"build_wheel: {label} not found: {path} (build it first: host/scripts/setup.sh)")
 
@@ -264,6 +275,7 @@ def build(plugin: Path, policy: Path, guest: Path, cli: Path, out_dir: Path) -> 
         (f"{PLUGIN_DIR}/libtfwasm.so", plugin.read_bytes(), 0o755),
         (f"{PLUGIN_DIR}/{NAME}/device.toml", policy.read_bytes(), 0o644),
         (f"{PLUGIN_DIR}/{NAME}/reference_device.wasm", guest.read_bytes(), 0o644),
+        *((f"{PLUGIN_DIR}/{NAME}/{name}", path.read_bytes(), 0o644) for _, path, name in passes),
         # pip installs a wheel's `.data/scripts/` into the environment's bin/.
         (f"{NAME}-{version}.data/scripts/tfwasm", cli.read_bytes(), 0o755),
         *python_package(),

@@ -2,7 +2,7 @@
 (``_TfwasmFusedElementwise``), and nothing a program computes changes.
 
 Each case runs in fresh interpreters, with fusion on (the default) and off
-(``TFWASM_FUSE=0``): the results must be the same bits, and agree with
+(``TFWASM_PASSES=0``): the results must be the same bits, and agree with
 TensorFlow's CPU device. Which ops ran is read from TensorFlow's run
 metadata (the function graphs after optimization); the MLP run checks the
 ``TFWASM_LOG=debug`` line that says what was fused.
@@ -19,8 +19,8 @@ import pytest
 from test_training import SCRIPT, TIMEOUT, env_with_package
 from tfwasm_support import run_cases
 
-FUSED = "elementwise nodes into"
-UPDATED = "become assignments of a sum"
+FUSED = "elementwise nodes fused:"
+UPDATED = "as an AssignVariableOp of"
 
 # Keras' Adam update `m·α / (√v + ε)`, an intermediate the function also
 # returns (it must survive, so the tree fuses around it), on odd shapes:
@@ -64,8 +64,8 @@ result("cases", json.dumps(out))
 
 
 def test_fused_function_matches_unfused_and_cpu(run_tf):
-    fused, fused_run = run_cases(run_tf, PROGRAM, {"TFWASM_FUSE": "1"})
-    unfused, unfused_run = run_cases(run_tf, PROGRAM, {"TFWASM_FUSE": "0"})
+    fused, fused_run = run_cases(run_tf, PROGRAM, {"TFWASM_PASSES": "1"})
+    unfused, unfused_run = run_cases(run_tf, PROGRAM, {"TFWASM_PASSES": "0"})
     for i, case in fused.items():
         # The pass fused the tree; `sqrt` stays, the function returns it too.
         assert {"_TfwasmFusedElementwise", "Sqrt"} <= set(case["ran"]), f"case {i}: ran {case['ran']}"
@@ -87,7 +87,7 @@ def test_adam_training_is_bit_identical_with_and_without_fusion(model, tmp_path)
     env = env_with_package()
     env["TFWASM_LOG"] = "debug"
     fused, fused_out = run_with_stderr([str(SCRIPT), "--model", model, "--epochs", "2"], env, tmp_path)
-    env["TFWASM_FUSE"] = "0"
+    env["TFWASM_PASSES"] = "0"
     unfused, _ = run_with_stderr([str(SCRIPT), "--model", model, "--epochs", "2"], env, tmp_path)
     assert fused["weights_device"].endswith("WASM:0")
     assert fused["loss"] == unfused["loss"], (fused["loss"], unfused["loss"])
@@ -257,8 +257,8 @@ result("cases", json.dumps(out))
 
 
 def test_variable_updates_fuse_into_assignments_with_the_same_bits(run_tf):
-    fused, fused_run = run_cases(run_tf, UPDATES, {"TFWASM_FUSE": "1"})
-    unfused, unfused_run = run_cases(run_tf, UPDATES, {"TFWASM_FUSE": "0"})
+    fused, fused_run = run_cases(run_tf, UPDATES, {"TFWASM_PASSES": "1"})
+    unfused, unfused_run = run_cases(run_tf, UPDATES, {"TFWASM_PASSES": "0"})
     for mode, cases, run in (("fused", fused, fused_run), ("unfused", unfused, unfused_run)):
         bad = cases.pop("bad")
         # A value of the wrong shape fails in both modes and changes nothing.

@@ -4,8 +4,8 @@
 //! - `TFWASM_POLICY`: the policy file (default: `tfwasm/device.toml` beside the plugin).
 //! - `TFWASM_GUEST`: the device guest, overriding the policy's `guest.path`.
 //! - `TFWASM_LOG`: log level (`error`, `warn`, `info`, `debug`, `trace`; default `warn`).
-//! - `TFWASM_FUSE`: `0` turns the graph pass's elementwise fusion off, and
-//!   with it the rewrite of variable updates (default on).
+//! - `TFWASM_PASSES`: `0` turns the policy's optimizer passes off (default on).
+//! - `TFWASM_HOST_EDGES`: `0` keeps cross-device edges in device memory.
 //!
 //! And the TensorFlow release the plugin serves ([`SUPPORTED_TENSORFLOW`]).
 
@@ -163,11 +163,11 @@ pub fn policy() -> Result<Policy, Error> {
     Ok(policy)
 }
 
-/// Whether the graph pass fuses elementwise ops (`TFWASM_FUSE`, default
-/// on; `0`, `false` or `off` turn it off).
-pub fn fusion_enabled() -> bool {
+/// Whether the policy's optimizer passes run (`TFWASM_PASSES`, default
+/// on; `0`, `false` or `off` turn the pipeline off).
+pub fn passes_enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| switch_on("TFWASM_FUSE"))
+    *ENABLED.get_or_init(|| switch_on("TFWASM_PASSES"))
 }
 
 /// Whether the graph pass lets tensors cross between the CPU device and

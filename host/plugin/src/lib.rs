@@ -16,11 +16,12 @@
 //!   containment. No logic.
 //! - [`config`]: the process's configuration from the environment, the
 //!   policy it names, and the TensorFlow versions the plugin serves.
-//! - [`graph`]: the graph pass registered through `TF_InitGraph`; it works on
-//!   the serialized GraphDef, lets `jit_compile=True` calls placed on the
-//!   device run without XLA (their loops and branches lowered), fuses
-//!   elementwise trees and lets tensors cross from and to the CPU device in
-//!   host memory.
+//! - [`optimizer`]: the graph optimizer registered through `TF_InitGraph`:
+//!   the host's native legalization around the policy's wasm passes.
+//! - [`graph`]: the native rewrites on the serialized GraphDef: calls with
+//!   `jit_compile=True` placed on the device run without XLA (their loops
+//!   and branches lowered), tensors cross from and to the CPU device in
+//!   host memory, and more.
 //! - [`device`], [`sandbox`], [`policy`], [`error`]: re-exported from
 //!   `tfwasm-runtime` (`host/runtime`), which builds on any OS and knows
 //!   nothing of TensorFlow.
@@ -37,6 +38,7 @@
 pub mod abi;
 pub mod config;
 pub mod graph;
+pub mod optimizer;
 
 pub use tfwasm_kernels as kernels;
 pub use tfwasm_runtime::{device, error, passes, policy, pool, sandbox};

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import ctypes
 
+from . import _plugin
+
 PATHS = ("host_to_device", "device_to_host", "device_to_device", "fill")
 
 
@@ -24,17 +26,10 @@ class _Traffic(ctypes.Structure):
 
 
 def _library() -> ctypes.CDLL:
-    """The libtfwasm.so mapped into this process by TensorFlow."""
-    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-        for line in maps:
-            path = line.rstrip("\n").split(maxsplit=5)[-1]
-            if path.endswith("/libtfwasm.so"):
-                # The same file: dlopen returns the handle TensorFlow holds.
-                library = ctypes.CDLL(path)
-                library.tfwasm_device_traffic.argtypes = [ctypes.c_uint32, ctypes.POINTER(_Traffic)]
-                library.tfwasm_device_traffic.restype = ctypes.c_int
-                return library
-    raise RuntimeError("tfwasm: libtfwasm.so is not loaded in this process (import tensorflow first)")
+    library = _plugin.library()
+    library.tfwasm_device_traffic.argtypes = [ctypes.c_uint32, ctypes.POINTER(_Traffic)]
+    library.tfwasm_device_traffic.restype = ctypes.c_int
+    return library
 
 
 def read() -> list[dict[str, dict[str, int]]]:

@@ -2,8 +2,9 @@
 //!
 //! TensorFlow runs a plugin's optimizer, after its own grappler passes, on
 //! every graph (and instantiated function) whose devices include the type
-//! the plugin registered it for. The callback hands the serialized GraphDef
-//! to [`crate::graph::optimize`] and returns the result in a buffer
+//! the plugin registered it for. The callback hands the serialized GraphDef,
+//! TensorFlow's lists of nodes to keep and fetch, its op registry and our
+//! kernel table to [`crate::optimizer::optimize`] and returns the result in a buffer
 //! TensorFlow frees through our deallocator. On an error status TensorFlow
 //! keeps its original graph, so a failed pass costs nothing but the pass.
 //!
@@ -16,16 +17,21 @@
 //! an invalid `TFWASM_DEVICE_TYPE`, registers under a device type no device
 //! has, and its optimizer never runs.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
+
+use tfwasm_proto::graph::{NodeDef, OpDef};
+use tfwasm_proto::prost::Message;
 
 use super::ffi::grappler::*;
 use super::ffi::status::TF_Status;
 use super::ffi_guard;
 use super::kernels::OwnedStatus;
 use crate::error::Error;
+use crate::passes::catalog::{Catalog, KernelTable};
+use crate::passes::validate::OpCatalog;
 
 /// The device type whose graphs [`optimize`] rewrites, set by the one real
 /// registration of this library.
@@ -129,77 +135,105 @@ unsafe extern "C" fn optimize(
         let device_type = TARGET.get().ok_or_else(|| Error::Internal("graph pass without a registration".into()))?;
         // SAFETY: TensorFlow passes its serialized graph, valid for this call.
         let input = unsafe { graph_bytes(graph) }?;
-        // Fusion needs our op registered and TensorFlow's list of nodes to
-        // keep; without either the pass does not fuse.
-        let fuse = crate::config::fusion_enabled() && super::kernels::fused_op_registered();
-        let host_edges = crate::config::host_edges_enabled();
-        let preserved = match fuse || host_edges {
-            // SAFETY: TensorFlow passes the item of this call (or null).
-            true => unsafe { nodes_to_preserve(item) }
-                .map_err(|error| tracing::debug!("tfwasm: no list of nodes to preserve for this graph: {error}"))
-                .ok(),
-            false => None,
+        let fns = grappler_fns();
+        // SAFETY: TensorFlow passes the item of this call (or null).
+        let preserved = unsafe { item_names(item, fns.preserve) }
+            .map_err(|error| tracing::debug!("tfwasm: no list of nodes to preserve for this graph: {error}"))
+            .ok();
+        // SAFETY: as above.
+        let fetch: Vec<String> = unsafe { item_names(item, fns.fetch) }
+            .map(|names| names.into_iter().map(|name| String::from_utf8_lossy(&name).into_owned()).collect())
+            .unwrap_or_default();
+        let item = crate::optimizer::Item {
+            preserve: preserved.as_ref(),
+            fetch: &fetch,
+            scatter: super::kernels::scatter_ops_registered(),
         };
-        let preserve = |name: &[u8]| preserved.as_ref().is_some_and(|set| set.contains(name));
-        let scatter = super::kernels::scatter_ops_registered();
-        let rewrites =
-            crate::graph::Rewrites { preserve: preserved.is_some().then_some(&preserve), fuse, host_edges, scatter };
-        let output = crate::graph::optimize(input, device_type, &rewrites)?;
+        let catalog = TensorflowOps { kernels: super::kernels::kernel_table() };
+        let output = crate::optimizer::optimize(input, device_type, &item, catalog.kernels, &catalog)?;
         // SAFETY: as above, for the output buffer.
         unsafe { set_buffer(optimized, output) }
     });
 }
 
-/// TensorFlow's grappler-item accessors, if its `libtensorflow_cc.so.2`
-/// exports them. Looked up in that library (a NEEDED entry of the plugin,
-/// so already loaded), not in the process's global scope: TensorFlow after
-/// 2.21 loads its libraries without RTLD_GLOBAL.
-fn preserve_fns() -> Option<(TF_GetNodesToPreserveListSizeFn, TF_GetNodesToPreserveListFn)> {
-    static FNS: OnceLock<Option<(TF_GetNodesToPreserveListSizeFn, TF_GetNodesToPreserveListFn)>> = OnceLock::new();
-    *FNS.get_or_init(|| {
+/// TensorFlow's grappler helpers the optimizer uses, if its
+/// `libtensorflow_cc.so.2` exports them. Looked up in that library (a
+/// NEEDED entry of the plugin, so already loaded), not in the process's
+/// global scope: TensorFlow after 2.21 loads its libraries without
+/// RTLD_GLOBAL. Each is optional: without the lists the passes do not run;
+/// without the op lookup, pass answers are checked against the registry
+/// snapshot tfwasm was built with.
+struct GrapplerFns {
+    preserve: Option<(TF_GetNodesToPreserveListSizeFn, TF_GetNodesToPreserveListFn)>,
+    fetch: Option<(TF_GetFetchNodesListSizeFn, TF_GetFetchNodesListFn)>,
+    library: Option<(TF_NewFunctionLibraryDefinitionFn, TF_LookUpOpDefFn)>,
+}
+
+fn grappler_fns() -> &'static GrapplerFns {
+    static FNS: OnceLock<GrapplerFns> = OnceLock::new();
+    FNS.get_or_init(|| {
         // SAFETY: dlopen with RTLD_NOLOAD only returns a handle on a library
         // already loaded (taking a reference we keep for the process's life);
-        // dlsym on it with NUL-terminated names has no preconditions; a
-        // non-null result is the exported function, whose C signature
-        // (grappler.h) the pointer types mirror.
-        unsafe {
-            let library = libc::dlopen(c"libtensorflow_cc.so.2".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
-            let (size, list) = match library.is_null() {
-                true => (std::ptr::null_mut(), std::ptr::null_mut()),
-                false => (
-                    libc::dlsym(library, c"TF_GetNodesToPreserveListSize".as_ptr()),
-                    libc::dlsym(library, c"TF_GetNodesToPreserveList".as_ptr()),
-                ),
-            };
-            if size.is_null() || list.is_null() {
-                tracing::warn!(
-                    "tfwasm: TensorFlow's libtensorflow_cc.so.2 exports no TF_GetNodesToPreserveList; the graph pass fuses nothing and leaves outputs in device memory"
-                );
-                return None;
-            }
-            Some((
-                std::mem::transmute::<*mut c_void, TF_GetNodesToPreserveListSizeFn>(size),
-                std::mem::transmute::<*mut c_void, TF_GetNodesToPreserveListFn>(list),
-            ))
+        // dlsym on it with NUL-terminated names has no preconditions.
+        let library = unsafe { libc::dlopen(c"libtensorflow_cc.so.2".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        let symbol = |name: &CStr| match library.is_null() {
+            true => std::ptr::null_mut(),
+            // SAFETY: as above.
+            false => unsafe { libc::dlsym(library, name.as_ptr()) },
+        };
+        // SAFETY (all transmutes below): a non-null dlsym result is the
+        // exported function, whose C signature (grappler.h) the pointer
+        // types mirror; the layout test checks the header still has them.
+        let pair = |size: &CStr, list: &CStr| {
+            let (size, list) = (symbol(size), symbol(list));
+            (!size.is_null() && !list.is_null()).then(|| unsafe {
+                (
+                    std::mem::transmute::<*mut c_void, TF_GetNodesToPreserveListSizeFn>(size),
+                    std::mem::transmute::<*mut c_void, TF_GetNodesToPreserveListFn>(list),
+                )
+            })
+        };
+        let preserve = pair(c"TF_GetNodesToPreserveListSize", c"TF_GetNodesToPreserveList");
+        let fetch = pair(c"TF_GetFetchNodesListSize", c"TF_GetFetchNodesList");
+        let (new, look_up) = (symbol(c"TF_NewFunctionLibraryDefinition"), symbol(c"TF_LookUpOpDef"));
+        let library = (!new.is_null() && !look_up.is_null()).then(|| unsafe {
+            (
+                std::mem::transmute::<*mut c_void, TF_NewFunctionLibraryDefinitionFn>(new),
+                std::mem::transmute::<*mut c_void, TF_LookUpOpDefFn>(look_up),
+            )
+        });
+        if preserve.is_none() {
+            tracing::warn!(
+                "tfwasm: TensorFlow's libtensorflow_cc.so.2 exports no TF_GetNodesToPreserveList; no optimizer pass runs and outputs stay in device memory"
+            );
         }
+        if library.is_none() {
+            tracing::warn!(
+                "tfwasm: TensorFlow's libtensorflow_cc.so.2 exports no TF_LookUpOpDef; pass answers are checked against TensorFlow 2.21's registry"
+            );
+        }
+        GrapplerFns { preserve, fetch, library }
     })
 }
 
-/// The names of the nodes TensorFlow needs kept (feeds, fetches, ...).
+/// One of the item's name lists (nodes to preserve, fetch nodes).
 ///
 /// # Safety
 /// `item` is null or the grappler item TensorFlow passed to this call.
-unsafe fn nodes_to_preserve(item: *const TF_GrapplerItem) -> Result<HashSet<Vec<u8>>, Error> {
+unsafe fn item_names(
+    item: *const TF_GrapplerItem,
+    fns: Option<(TF_GetNodesToPreserveListSizeFn, TF_GetNodesToPreserveListFn)>,
+) -> Result<HashSet<Vec<u8>>, Error> {
     if item.is_null() {
         return Err(Error::InvalidArgument("no grappler item".into()));
     }
-    let (size_fn, list_fn) = preserve_fns().ok_or_else(|| Error::Internal("no TF_GetNodesToPreserveList".into()))?;
+    let (size_fn, list_fn) = fns.ok_or_else(|| Error::Internal("TensorFlow exports no such list".into()))?;
     let status = OwnedStatus::new()?;
     let (mut count, mut storage_size) = (0i32, 0usize);
     // SAFETY: `item` is live for this call; the out-pointers are ours.
     unsafe { size_fn(item, &mut count, &mut storage_size, status.as_ptr()) };
     status.outcome().map_err(|failure| Error::Internal(failure.message))?;
-    let count = usize::try_from(count).map_err(|_| Error::Internal("negative preserve-list size".into()))?;
+    let count = usize::try_from(count).map_err(|_| Error::Internal("negative name-list size".into()))?;
     let mut values = vec![std::ptr::null_mut::<c_char>(); count];
     let mut lengths = vec![0usize; count];
     let mut storage = vec![0u8; storage_size];
@@ -229,9 +263,86 @@ unsafe fn nodes_to_preserve(item: *const TF_GrapplerItem) -> Result<HashSet<Vec<
                 .filter(|s| s.checked_add(len).is_some_and(|end| end <= storage.len()));
             start
                 .map(|s| storage[s..s + len].to_vec())
-                .ok_or_else(|| Error::Internal("preserve-list name outside its storage".into()))
+                .ok_or_else(|| Error::Internal("name-list entry outside its storage".into()))
         })
         .collect()
+}
+
+/// What the running TensorFlow knows: its op registry (through
+/// `TF_LookUpOpDef`, else the snapshot tfwasm was built with) and the
+/// kernels this library registered.
+struct TensorflowOps {
+    kernels: &'static KernelTable,
+}
+
+/// TensorFlow's function library over an empty graph: a handle on its
+/// global op registry. Created once, kept for the process's life.
+struct RegistryHandle(*mut TF_FunctionLibraryDefinition);
+
+// SAFETY: TensorFlow's FunctionLibraryDefinition guards its state with its
+// own mutex; `LookUpOpDef` may be called from any thread.
+unsafe impl Send for RegistryHandle {}
+// SAFETY: as above.
+unsafe impl Sync for RegistryHandle {}
+
+impl TensorflowOps {
+    /// The serialized OpDef of `op` from TensorFlow, or `None`.
+    fn look_up(op: &str) -> Option<Vec<u8>> {
+        let (new, look_up) = grappler_fns().library?;
+        static REGISTRY: OnceLock<Option<RegistryHandle>> = OnceLock::new();
+        let registry = REGISTRY.get_or_init(|| {
+            let status = OwnedStatus::new().ok()?;
+            let empty = TF_Buffer { data: c"".as_ptr().cast(), length: 0, data_deallocator: None };
+            // SAFETY: `empty` is a valid buffer of 0 bytes (an empty
+            // GraphDef); the status is ours.
+            let library = unsafe { new(&empty, status.as_ptr()) };
+            (status.outcome().is_ok() && !library.is_null()).then_some(RegistryHandle(library))
+        });
+        let registry = registry.as_ref()?;
+        let name = CString::new(op).ok()?;
+        let status = OwnedStatus::new().ok()?;
+        let mut buffer = TF_Buffer { data: std::ptr::null(), length: 0, data_deallocator: None };
+        // SAFETY: the library is live for the process; `name` is
+        // NUL-terminated; `buffer` is empty, as TF_LookUpOpDef requires,
+        // and TensorFlow fills it with memory it owns and a deallocator.
+        unsafe { look_up(registry.0, name.as_ptr(), &mut buffer, status.as_ptr()) };
+        let found = status.outcome().is_ok() && !buffer.data.is_null();
+        // SAFETY: when set, `data` holds `length` bytes TensorFlow wrote.
+        let bytes =
+            found.then(|| unsafe { std::slice::from_raw_parts(buffer.data.cast::<u8>(), buffer.length) }.to_vec());
+        if let (false, Some(free)) = (buffer.data.is_null(), buffer.data_deallocator) {
+            // SAFETY: TensorFlow's own deallocator for its own buffer, once.
+            unsafe { free(buffer.data.cast_mut(), buffer.length) };
+        }
+        bytes
+    }
+}
+
+impl OpCatalog for TensorflowOps {
+    fn op_def(&self, op: &str) -> Option<OpDef> {
+        // Ops are never unregistered: a definition once found is kept.
+        static FOUND: OnceLock<Mutex<HashMap<String, OpDef>>> = OnceLock::new();
+        let found = FOUND.get_or_init(Default::default);
+        if let Some(def) = found.lock().ok()?.get(op) {
+            return Some(def.clone());
+        }
+        let def = match grappler_fns().library {
+            Some(_) => OpDef::decode(Self::look_up(op)?.as_slice()).ok()?,
+            None => snapshot().op_def(op)?,
+        };
+        found.lock().ok()?.insert(op.to_owned(), def.clone());
+        Some(def)
+    }
+
+    fn has_kernel(&self, node: &NodeDef) -> bool {
+        self.kernels.supports(node)
+    }
+}
+
+/// TensorFlow 2.21's registry as tfwasm was built with it.
+fn snapshot() -> &'static Catalog {
+    static SNAPSHOT: OnceLock<Catalog> = OnceLock::new();
+    SNAPSHOT.get_or_init(Catalog::snapshot)
 }
 
 /// The optimizer of an inert registration: never run (no device has its

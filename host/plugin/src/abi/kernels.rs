@@ -24,6 +24,7 @@ use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use super::ffi::done::{DoneCallback, Ownership};
 use super::ffi::kernels::*;
@@ -35,6 +36,7 @@ use crate::kernels::{
     fused, pool, scatter, tensor::may_forward, Attrs, DType, Kernel, KernelDef, OpContext, OutputPlace, Owner, Tensor,
     DEFER_MIN_INPUT_BYTES,
 };
+use crate::passes::catalog::{self, KernelTable, TypeConstraint};
 use smallvec::SmallVec;
 
 /// The registry, fixed for the process: `create_nth::<I>` builds entry `I`.
@@ -62,9 +64,8 @@ pub extern "C" fn TF_InitKernel() {
             }
         };
         let fused = register_own_op(fused::OP, &["inputs: N * T"], &["N: int >= 1", "T: {float}", "expr: string"])
-            .map_err(|error| tracing::warn!("{error}; the graph pass fuses no elementwise ops"))
+            .map_err(|error| tracing::warn!("{error}; no pass may emit it"))
             .is_ok();
-        FUSED_OP.store(fused, Ordering::Release);
         let scatter = [scatter::ADD_OP, scatter::SUB_OP].iter().all(|op| {
             register_own_op(
                 op,
@@ -76,6 +77,7 @@ pub extern "C" fn TF_InitKernel() {
         });
         SCATTER_OPS.store(scatter, Ordering::Release);
         let mut registered = 0;
+        let mut table = Vec::new();
         for (index, def) in definitions().iter().enumerate() {
             let own_op_missing = (def.op == fused::OP && !fused)
                 || ((def.op == scatter::ADD_OP || def.op == scatter::SUB_OP) && !scatter);
@@ -94,26 +96,41 @@ pub extern "C" fn TF_InitKernel() {
                 // One failed registration leaves that op and type to the CPU
                 // device; the others still register.
                 match register(def, &combo, create, device_type) {
-                    Ok(()) => registered += 1,
+                    Ok(()) => {
+                        registered += 1;
+                        table.push(catalog::Kernel {
+                            op: def.op.to_owned(),
+                            types: combo
+                                .iter()
+                                .map(|(attr, dtype)| TypeConstraint {
+                                    attr: (*attr).to_owned(),
+                                    dtypes: vec![dtype.datatype() as u32],
+                                })
+                                .collect(),
+                        });
+                    }
                     Err(error) => tracing::warn!("{error}; the op falls back to the CPU device"),
                 }
             }
         }
         tracing::debug!("tfwasm: registered {registered} kernels for {device_type:?}");
+        let _ = KERNEL_TABLE.set(KernelTable::new(table));
         Ok(())
     })
 }
-
-/// Whether [`fused::OP`] is registered with TensorFlow (with its kernel):
-/// the graph pass emits nodes of it only then.
-static FUSED_OP: AtomicBool = AtomicBool::new(false);
 
 /// Whether both scatter ops ([`scatter::ADD_OP`], [`scatter::SUB_OP`]) are
 /// registered: the graph pass rewrites sparse variable updates only then.
 static SCATTER_OPS: AtomicBool = AtomicBool::new(false);
 
-pub(crate) fn fused_op_registered() -> bool {
-    FUSED_OP.load(Ordering::Acquire)
+/// The kernels TensorFlow accepted, one entry per op and type combination:
+/// what the optimizer's passes are told the device runs.
+static KERNEL_TABLE: OnceLock<KernelTable> = OnceLock::new();
+
+/// [`KERNEL_TABLE`], or an empty table when no kernel was registered.
+pub(crate) fn kernel_table() -> &'static KernelTable {
+    static EMPTY: OnceLock<KernelTable> = OnceLock::new();
+    KERNEL_TABLE.get().unwrap_or_else(|| EMPTY.get_or_init(|| KernelTable::new([])))
 }
 
 pub(crate) fn scatter_ops_registered() -> bool {

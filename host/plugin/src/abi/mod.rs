@@ -72,7 +72,7 @@ fn set_status(status: *mut TF_Status, code: i32, message: &str) {
     unsafe { TF_SetStatus(status, code, message.as_ptr()) };
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {

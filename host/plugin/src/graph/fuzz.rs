@@ -134,15 +134,18 @@ impl Setup {
         self.preserve.as_ref().is_some_and(|set| set.contains(name))
     }
 
+    /// Every native rewrite in the order the plugin once ran them: the
+    /// legalization before the passes, the update rewrite and fusion (now
+    /// the reference pass guest's, kept here as its oracle), the rest.
     fn optimize(&self, graph: &[u8]) -> Result<Vec<u8>, GraphError> {
         let preserve = |name: &[u8]| self.keeps(name);
-        let rewrites = Rewrites {
-            preserve: self.preserve.as_ref().map(|_| &preserve as Preserve<'_>),
-            fuse: self.fuse,
-            host_edges: self.host_edges,
-            scatter: self.scatter,
-        };
-        optimize(graph, "WASM", &rewrites)
+        let preserve = self.preserve.as_ref().map(|_| &preserve as Preserve<'_>);
+        let mut graph = legalize_before_passes(graph, "WASM", self.scatter)?;
+        if let (true, Some(preserve)) = (self.fuse, preserve) {
+            let updated = super::updates::assign_updates(&graph, "WASM")?;
+            graph = super::fuse::fuse_elementwise(&updated.graph, "WASM", preserve)?.graph;
+        }
+        legalize_after_passes(graph, "WASM", preserve, self.host_edges)
     }
 }
 

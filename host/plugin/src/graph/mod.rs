@@ -2,7 +2,13 @@
 //! device type (registered through `TF_InitGraph`, see `abi/graph.rs`).
 //!
 //! The pass works on the serialized GraphDef TensorFlow hands over and
-//! returns a serialized GraphDef. It makes seven rewrites: [`xla`], calls
+//! returns a serialized GraphDef. These are the host's native rewrites,
+//! its *legalization*: what the device needs merely to run, made before
+//! ([`legalize_before_passes`]) and after ([`legalize_after_passes`]) the
+//! policy's wasm passes (`crate::optimizer`). [`fuse`] and the update
+//! rewrite of [`updates`] are no longer run by the plugin: the reference
+//! pass guest (`guest/fuse-pass`) makes them, and its tests hold it to
+//! these native versions node for node. The rewrites: [`xla`], calls
 //! of `jit_compile=True` functions placed on our device run without XLA,
 //! which has no backend for a PluggableDevice; [`lower`], the loops and
 //! branches such functions keep functional for XLA are lowered, so their
@@ -86,24 +92,13 @@ impl Rewritten {
 /// Which node names TensorFlow needs kept in a graph (feeds, fetches).
 pub type Preserve<'a> = &'a dyn Fn(&[u8]) -> bool;
 
-/// Which rewrites besides the XLA one [`optimize`] makes.
-pub struct Rewrites<'a> {
-    /// The nodes TensorFlow needs kept (feeds, fetches), if it said.
-    pub preserve: Option<Preserve<'a>>,
-    /// Fuse elementwise trees, variable updates included (needs
-    /// `preserve`).
-    pub fuse: bool,
-    /// Mark cross-device edges to cross in host memory (outputs only when
-    /// `preserve` is known).
-    pub host_edges: bool,
-    /// Rewrite sparse variable updates (needs our scatter ops registered).
-    pub scatter: bool,
-}
-
-/// Runs the pass on `graph` for nodes placed on `device_type`; returns the
-/// GraphDef TensorFlow continues with. The first time the XLA rewrite
-/// makes a change the user is told, once per process.
-pub fn optimize(graph: &[u8], device_type: &str, rewrites: &Rewrites<'_>) -> Result<Vec<u8>, GraphError> {
+/// The first half of the host's legalization, before the pass pipeline:
+/// calls of `jit_compile=True` functions placed on `device_type` run
+/// without XLA, their loops and branches are lowered, and (with `scatter`,
+/// when our scatter ops are registered) sparse updates of a variable on the
+/// device become assignments of a scattered copy. The first time the XLA
+/// rewrite makes a change the user is told, once per process.
+pub fn legalize_before_passes(graph: &[u8], device_type: &str, scatter: bool) -> Result<Vec<u8>, GraphError> {
     static WARNED: AtomicBool = AtomicBool::new(false);
     let cleared = xla::clear_must_compile(graph, device_type)?;
     if !cleared.nodes.is_empty() && !WARNED.swap(true, Ordering::Relaxed) {
@@ -131,9 +126,9 @@ pub fn optimize(graph: &[u8], device_type: &str, rewrites: &Rewrites<'_>) -> Res
         );
     }
     let mut graph = lowered.graph;
-    // Not tied to fusion: without it a sparse update of a variable on our
-    // device has no kernel there that works (see `updates::scatter_updates`).
-    if rewrites.scatter {
+    // Without it a sparse update of a variable on our device has no kernel
+    // there that works (see `updates::scatter_updates`).
+    if scatter {
         let scattered = updates::scatter_updates(&graph, device_type)?;
         if !scattered.nodes.is_empty() {
             tracing::debug!(
@@ -144,27 +139,22 @@ pub fn optimize(graph: &[u8], device_type: &str, rewrites: &Rewrites<'_>) -> Res
             graph = scattered.graph;
         }
     }
-    if let (true, Some(preserve)) = (rewrites.fuse, rewrites.preserve) {
-        let updates = updates::assign_updates(&graph, device_type)?;
-        if !updates.nodes.is_empty() {
-            tracing::debug!(
-                "tfwasm: {} variable updates on {device_type} become assignments of a sum (first: {})",
-                updates.nodes.len(),
-                updates.nodes[0]
-            );
-        }
-        let fusion = fuse::fuse_elementwise(&updates.graph, device_type, preserve)?;
-        if !fusion.roots.is_empty() {
-            tracing::debug!(
-                "tfwasm: fused {} elementwise nodes into {} on {device_type} (first: {})",
-                fusion.fused_nodes,
-                fusion.roots.len(),
-                fusion.roots[0]
-            );
-        }
-        graph = fusion.graph;
-    }
-    if let Some(preserve) = rewrites.preserve {
+    Ok(graph)
+}
+
+/// The second half of the host's legalization, after the pass pipeline:
+/// with TensorFlow's list of nodes to keep, loop variables of a
+/// `TensorList` summed on the CPU are carried there; with `host_edges`,
+/// tensors crossing between the CPU device and ours do so in host memory
+/// (inputs only when `preserve` is unknown: any output may be a fetch).
+pub fn legalize_after_passes(
+    graph: Vec<u8>,
+    device_type: &str,
+    preserve: Option<Preserve<'_>>,
+    host_edges: bool,
+) -> Result<Vec<u8>, GraphError> {
+    let mut graph = graph;
+    if let Some(preserve) = preserve {
         let moved = variant_loops::carry_on_cpu(&graph, device_type, preserve)?;
         if !moved.nodes.is_empty() {
             tracing::debug!(
@@ -175,9 +165,8 @@ pub fn optimize(graph: &[u8], device_type: &str, rewrites: &Rewrites<'_>) -> Res
             graph = moved.graph;
         }
     }
-    if rewrites.host_edges {
-        // Without TensorFlow's list, any output may be a fetch: mark inputs only.
-        let preserve = rewrites.preserve.unwrap_or(&|_| true);
+    if host_edges {
+        let preserve = preserve.unwrap_or(&|_| true);
         let edges = host_edges::mark_host_edges(&graph, device_type, preserve, &|node| {
             crate::kernels::implements(node.op, &|attr| {
                 node.type_attr(attr.as_bytes()).and_then(|t| i64::try_from(t).ok())

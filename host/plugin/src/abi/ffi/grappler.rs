@@ -47,6 +47,35 @@ pub type TF_GetNodesToPreserveListFn = unsafe extern "C" fn(
     status: *mut TF_Status,
 );
 
+/// `TF_GetFetchNodesListSize` / `TF_GetFetchNodesList` (grappler.h): the
+/// same shapes as the preserve-list pair, for the nodes whose outputs are
+/// fetched.
+pub type TF_GetFetchNodesListSizeFn = TF_GetNodesToPreserveListSizeFn;
+pub type TF_GetFetchNodesListFn = TF_GetNodesToPreserveListFn;
+
+/// Opaque: TensorFlow's function library over its global op registry.
+#[repr(C)]
+pub struct TF_FunctionLibraryDefinition {
+    _private: [u8; 0],
+}
+
+/// `TF_NewFunctionLibraryDefinition` (grappler.h): a library holding the
+/// functions of a serialized GraphDef, over TensorFlow's op registry.
+pub type TF_NewFunctionLibraryDefinitionFn =
+    unsafe extern "C" fn(graph: *const TF_Buffer, status: *mut TF_Status) -> *mut TF_FunctionLibraryDefinition;
+
+/// `TF_DeleteFunctionLibraryDefinition` (grappler.h).
+pub type TF_DeleteFunctionLibraryDefinitionFn = unsafe extern "C" fn(library: *mut TF_FunctionLibraryDefinition);
+
+/// `TF_LookUpOpDef` (grappler.h): the serialized OpDef of op `name`, written
+/// into `buf`, which must be empty; TensorFlow sets its deallocator.
+pub type TF_LookUpOpDefFn = unsafe extern "C" fn(
+    library: *mut TF_FunctionLibraryDefinition,
+    name: *const c_char,
+    buf: *mut TF_Buffer,
+    status: *mut TF_Status,
+);
+
 /// A byte buffer. TensorFlow releases `data` with `data_deallocator` (if
 /// set) when it is done with a buffer the plugin filled.
 #[repr(C)]
