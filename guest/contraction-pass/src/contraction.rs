@@ -14,8 +14,10 @@
 //! by that link, through its first input, and by nothing else: no second
 //! data reader, no control edge, and not a node TensorFlow asked to keep or
 //! fetch. A training graph is the common case where this stops a chain
-//! early: `LeakyReluGrad` and `Relu6Grad` read the activation's input, so
-//! there only the product and `BiasAdd` fuse, and the activation stays.
+//! early: TensorFlow's gradient of `LeakyRelu` reads the activation's input
+//! (`LeakyReluGrad(dy, features)`), so there only the product and `BiasAdd`
+//! fuse, and the activation stays. The other activations' gradients read
+//! their output, which the fused node still makes.
 //!
 //! Every link must be float32, placed on one device of our type (the same
 //! device string for all), with no attribute the rewrite does not know

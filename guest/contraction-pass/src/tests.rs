@@ -218,7 +218,9 @@ fn control_inputs_of_every_link_move_to_the_fused_node() {
 
 #[test]
 fn a_chain_stops_where_an_intermediate_has_another_reader() {
-    // Training: LeakyReluGrad and Relu6Grad read the activation's input.
+    // Training: TensorFlow's LeakyReluGrad reads the activation's input;
+    // any other reader of the sum (here a Relu6Grad fed the features, as
+    // a hand-written gradient may) stops the chain there too.
     for (activation, grad) in [("LeakyRelu", "LeakyReluGrad"), ("Relu6", "Relu6Grad")] {
         let mut nodes = chain(false, Some(activation));
         nodes.push(float("dy", "Placeholder", &[]));
