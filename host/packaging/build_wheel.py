@@ -148,6 +148,7 @@ SHIPPED = (
 # --profile guest, its name beside the default policy, which lists them).
 PASSES = (
     ("tfwasm-fuse-pass", "tfwasm_fuse_pass.wasm", "fuse_pass.wasm"),
+    ("tfwasm-contraction-pass", "tfwasm_contraction_pass.wasm", "contraction_pass.wasm"),
 )
 SHIPPED += tuple((package, "wasm32-wasip2", f"{PLUGIN_DIR}/{NAME}/{name}") for package, _, name in PASSES)
 GUEST_DIR = REPO / "target/wasm32-wasip2/guest"
