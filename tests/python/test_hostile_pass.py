@@ -9,7 +9,8 @@ TensorFlow's CPU device, the process must exit 0, stderr must have the
 plugin's line naming the pass and the reason, and ``tfwasm.passes.list()``
 must count the failures and keep the last reason. The legal modes (honest,
 slow) are called and never blamed; a pass after a failing one still
-rewrites the graph it gets.
+rewrites the graph it gets; a pass that fails 8 times in a row is disabled,
+and ``tfwasm.passes.enable`` turns it on again.
 """
 
 from __future__ import annotations
@@ -200,3 +201,54 @@ def test_the_next_pass_rewrites_the_graph_the_failed_one_was_given(tmp_path, cpu
     assert hostile["failures"] > 0 and "panicked" in hostile["last_error"], hostile
     assert after["calls"] >= hostile["calls"], f"the next pass must run on every graph: {found['passes']}"
     assert after["rewrites"] > 0 and after["failures"] == 0, f"{after}\n{run.describe()}"
+
+
+# Twelve small functions on the device, each a graph of its own for the
+# optimizer; then the pass is enabled again and one more function is traced.
+KEEPS_FAILING = """
+import json
+import tfwasm.passes
+
+
+def status():
+    return next(p for p in tfwasm.passes.list() if p["slot"] == "hostile")
+
+
+def traced(scale):
+    @tf.function
+    def step(x):
+        return tf.nn.relu(x * scale) + 1.0
+
+    with tf.device("/device:WASM:0"):
+        return float(tf.reduce_sum(step(tf.ones([4, 4]))).numpy())
+
+
+sums = [traced(float(i + 1)) for i in range(12)]
+disabled = status()
+tfwasm.passes.enable("hostile")
+revived = status()
+sums.append(traced(13.0))
+result("cases", json.dumps({"sums": sums, "disabled": disabled, "revived": revived, "after": status()}))
+"""
+
+
+def test_a_pass_that_keeps_failing_is_disabled_and_enable_revives_it(run_tf):
+    policy = policy_with(hostile_entry("error"))
+    run = run_tf(KEEPS_FAILING, policy=policy, env={"TFWASM_PASSES": None}, timeout=TIMEOUT)
+    assert run.returncode == 0, run.describe()
+    found = json.loads(run.results()["cases"])
+    # Every function computed its value: 16 elements of relu(scale) + 1.
+    assert found["sums"] == [16.0 * (scale + 1) for scale in range(1, 14)], found["sums"]
+
+    disabled = found["disabled"]
+    assert disabled["calls"] == disabled["failures"] == MAX_CONSECUTIVE_FAILURES, f"{disabled}\n{run.describe()}"
+    assert disabled["disabled"].startswith(f"{MAX_CONSECUTIVE_FAILURES} failures in a row, the last: "), disabled
+    assert "returned an error" in disabled["disabled"] and disabled["enabled"], disabled
+    disabled_lines = [line for line in run.stderr.splitlines() if "is disabled after" in line]
+    assert len(disabled_lines) == 1 and "pass 'hostile'" in disabled_lines[0], run.describe()
+    assert 'tfwasm.passes.enable("hostile")' in disabled_lines[0], disabled_lines
+
+    assert found["revived"]["disabled"] is None and found["revived"]["enabled"], found["revived"]
+    after = found["after"]
+    assert after["calls"] > MAX_CONSECUTIVE_FAILURES, f"enabled again, the pass must be called again: {after}"
+    assert after["failures"] == after["calls"] and after["disabled"] is None, after
