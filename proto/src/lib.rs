@@ -23,3 +23,8 @@ pub mod graph {
     #![allow(clippy::all)]
     include!(concat!(env!("OUT_DIR"), "/tfwasm.graph.rs"));
 }
+
+/// `proto/graph.proto` compiled: a serialized `FileDescriptorSet`, for tools
+/// that need the schema at run time (the text format, in `tfwasm pass run`).
+/// Nothing links it unless it is used.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/graph.fds"));

@@ -1,7 +1,7 @@
 //! `tfwasm pass check` and `tfwasm pass run` with the reference pass and
 //! with a guest that is not a pass.
 
-use crate::{guest, tfwasm, workspace};
+use crate::{guest, results, tfwasm, workspace};
 
 #[test]
 fn the_reference_pass_passes_the_pass_suite() {
@@ -56,4 +56,65 @@ fn pass_run_writes_the_checked_answer() {
         graph.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn text_format_graphs_are_read_and_written() {
+    let dir = std::env::temp_dir().join(format!("tfwasm-pbtxt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let binary = workspace().join("tests/fixtures/graphs/keras_mlp_step.pb");
+    let (text, back) = (dir.join("step.pbtxt"), dir.join("step.pb"));
+    // Binary → text → binary is the schema's own round trip.
+    let (code, out) = tfwasm(&["graph", "roundtrip", binary.to_str().unwrap(), text.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let written = std::fs::read_to_string(&text).unwrap();
+    assert!(written.contains("op: \"ReadVariableOp\"") && written.contains("type: DT_FLOAT"), "{}", &written[..500]);
+    let (code, out) = tfwasm(&["graph", "roundtrip", text.to_str().unwrap(), back.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) =
+        tfwasm(&["graph", "roundtrip", binary.to_str().unwrap(), dir.join("direct.pb").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(std::fs::read(&back).unwrap(), std::fs::read(dir.join("direct.pb")).unwrap(), "text lost something");
+
+    // A pass runs on the text form and its answer is written as text.
+    let pass = guest("tfwasm_fuse_pass.wasm");
+    let answer = dir.join("answer.pbtxt");
+    let (code, out) = tfwasm(&[
+        "pass",
+        "run",
+        "--json",
+        "-o",
+        answer.to_str().unwrap(),
+        pass.to_str().unwrap(),
+        text.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let run: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(run["accepted"], true, "{out}");
+    assert_eq!(run["changed"], true, "{out}");
+    assert!(std::fs::read_to_string(&answer).unwrap().contains("_TfwasmFusedElementwise"));
+
+    // Text that is not a GraphDef is an error naming the file.
+    let bad = dir.join("bad.pbtxt");
+    std::fs::write(&bad, "node { nme: \"x\" }\n").unwrap();
+    let failed = std::process::Command::new(env!("CARGO_BIN_EXE_tfwasm"))
+        .args(["pass", "run", pass.to_str().unwrap(), bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success());
+    assert!(said.contains("bad.pbtxt") && said.contains("text format"), "{said}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_pass_that_fails_every_graph_fails_every_check() {
+    // The pipeline disables a pass after 8 failures in a row; the suite must
+    // still judge each later graph rather than count it "unchanged".
+    let pass = guest("tfwasm_hostile_pass.wasm");
+    let (code, out) = tfwasm(&["pass", "check", "--json", "--config", "mode=trap", pass.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    let checks = results(&out);
+    assert!(checks.len() >= 15, "{out}");
+    assert_eq!(checks.iter().filter(|(_, passed)| *passed).map(|(c, _)| c.as_str()).collect::<Vec<_>>(), ["load"]);
 }

@@ -97,9 +97,12 @@ enum PassCommand {
     /// Run a pass on a serialized GraphDef and say what it changed and
     /// whether the host's checks accept its answer.
     Run {
+        /// The pass component (`.wasm`).
         pass: PathBuf,
+        /// A GraphDef: serialized (`.pb`), or in text format (`.pbtxt`).
         graph: PathBuf,
-        /// Write the pass's answer here (when it changed the graph).
+        /// Write the pass's answer here (when it changed the graph); text
+        /// format when the name ends in `.pbtxt`.
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Node names TensorFlow would ask to keep (comma-separated).
@@ -130,7 +133,8 @@ fn parse_option(text: &str) -> Result<(String, String), String> {
 #[derive(Subcommand)]
 enum GraphCommand {
     /// Decode a serialized GraphDef with tfwasm's schema and encode it again
-    /// (map entries in key order): what a pass guest sees and answers.
+    /// (map entries in key order): what a pass guest sees and answers. A
+    /// name ending in `.pbtxt` is text format: the command also converts.
     Roundtrip { input: PathBuf, output: PathBuf },
 }
 

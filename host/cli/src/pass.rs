@@ -85,12 +85,12 @@ fn run_once(
 
 /// `tfwasm pass run`: the pass on one graph; writes its answer to `output`.
 pub fn run(section: &PassSection, graph: &Path, preserve: &[String], output: Option<&Path>) -> Result<Run> {
-    let bytes = std::fs::read(graph).with_context(|| format!("reading {}", graph.display()))?;
+    let bytes = crate::graph::read_graph(graph)?;
     let pipeline = load(section)?;
     let catalog = Catalog::snapshot();
     let (run, answer) = run_once(&pipeline, &graph.display().to_string(), &bytes, preserve, &catalog)?;
     if let (Some(output), Some(answer)) = (output, answer.as_ref()) {
-        std::fs::write(output, answer).with_context(|| format!("writing {}", output.display()))?;
+        crate::graph::write_graph(output, answer)?;
     }
     Ok(run)
 }
@@ -140,6 +140,10 @@ pub fn check(section: &PassSection) -> Vec<Check> {
             GraphDef::decode(*graph).map(|g| g.node.into_iter().map(|n| n.name).collect()).unwrap_or_default();
         for (preserved, preserve) in [("nothing preserved", &[][..]), ("all preserved", &all[..])] {
             let check = format!("{name}, {preserved}");
+            // Each check stands alone: a pass the pipeline disabled after
+            // failures in a row would otherwise "leave" every later graph
+            // unchanged and pass those checks.
+            let _ = pipeline.set_enabled(&section.name, true);
             let outcome = run_once(&pipeline, name, graph, preserve, &catalog).and_then(|(first, answer)| {
                 if !first.accepted {
                     return Ok(Check {
