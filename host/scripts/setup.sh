@@ -27,7 +27,10 @@ case "${TFWASM_TF:-stable}" in
         exit 2
         ;;
 esac
-PY_DEPS=("$TF_PIN" numpy pytest)
+# tensorboard: Keras' TensorBoard callback (tensorflow-cpu does not pull it
+# in); xprof: TensorBoard's profile plugin, whose converter the profiler
+# tests run.
+PY_DEPS=("$TF_PIN" numpy pytest tensorboard xprof)
 WASM_TARGET=wasm32-wasip2
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -76,7 +79,7 @@ for req in sys.argv[1:]:
 PY
 }
 if have_deps; then
-    echo "$TF_PIN, numpy, pytest already installed"
+    echo "${PY_DEPS[*]} already installed"
 else
     "${pip[@]}" install --quiet "${PY_DEPS[@]}" || {
         echo "error: pip could not install ${PY_DEPS[*]} into $VENV with $("$VENV/bin/python" -V)." >&2

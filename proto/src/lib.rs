@@ -1,7 +1,9 @@
 //! # tfwasm-proto
 //!
-//! TensorFlow's graph wire format as prost messages, generated at build time
-//! from the project's own schema, `proto/graph.proto` (no `protoc` needed).
+//! TensorFlow's graph wire format and the profiler's trace format (XSpace)
+//! as prost messages, generated at build time from the project's own
+//! schemas, `proto/graph.proto` and `proto/xplane.proto` (no `protoc`
+//! needed).
 //! The schema names every field TensorFlow 2.21 defines in a GraphDef and
 //! everything it reaches, so decoding and encoding a graph loses nothing;
 //! `tests/python/test_proto_schema.py` checks that against the wheel.
@@ -24,7 +26,15 @@ pub mod graph {
     include!(concat!(env!("OUT_DIR"), "/tfwasm.graph.rs"));
 }
 
-/// `proto/graph.proto` compiled: a serialized `FileDescriptorSet`, for tools
-/// that need the schema at run time (the text format, in `tfwasm pass run`).
+/// `proto/graph.proto` and `proto/xplane.proto` compiled: a serialized
+/// `FileDescriptorSet`, for tools that need the schema at run time (the
+/// text format, in `tfwasm pass run`).
 /// Nothing links it unless it is used.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/graph.fds"));
+
+/// The messages of package `tfwasm.xplane`: the profiler's trace,
+/// [`xplane::XSpace`] of [`xplane::XPlane`]s, as TensorBoard reads it.
+pub mod xplane {
+    #![allow(clippy::all)]
+    include!(concat!(env!("OUT_DIR"), "/tfwasm.xplane.rs"));
+}

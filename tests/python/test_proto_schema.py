@@ -1,4 +1,5 @@
-"""``proto/graph.proto`` against the TensorFlow wheel's own descriptors.
+"""``proto/graph.proto`` and ``proto/xplane.proto`` against the TensorFlow
+wheel's own descriptors.
 
 Two kinds of code read graphs through this schema: the host's passes, by
 field number, and pass guests with the host's validation of their answers,
@@ -7,6 +8,8 @@ or type would make the first misread every graph; a field left out would make
 the second drop it. So every field and enum value of our schema is checked
 against the descriptors of the installed wheel, and every field of every
 message reachable from TensorFlow's ``GraphDef`` must be in our schema.
+The profiler's XSpace schema is checked the same way: TensorFlow parses
+what the host writes with its own descriptors.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pytest
 from tfwasm_support import REPO_ROOT
 
 SCHEMA = REPO_ROOT / "proto" / "graph.proto"
+XPLANE_SCHEMA = REPO_ROOT / "proto" / "xplane.proto"
 
 # Scalar .proto types and the descriptor type each must have in TensorFlow.
 SCALAR_TYPES = {
@@ -31,6 +35,8 @@ SCALAR_TYPES = {
 TOKEN = re.compile(r"//[^\n]*|[A-Za-z_][\w.]*|\d+|<[^>]*>|[{}=;]")
 # The schema's messages and enums are TensorFlow's under this package.
 TF_PACKAGE = "tensorflow"
+# ... and the XSpace schema's under this one.
+XPLANE_PACKAGE = "tensorflow.profiler"
 
 
 def parse(text: str):
@@ -76,16 +82,17 @@ def parse(text: str):
     return messages, enums
 
 
-def tf_descriptor(kind: str, path: str):
+def tf_descriptor(kind: str, path: str, package: str = TF_PACKAGE):
     """TensorFlow's descriptor of message or enum ``path`` (dotted, nested), or None."""
     # Importing the modules registers their messages in the default pool.
     from google.protobuf import descriptor_pool
     from tensorflow.core.framework import graph_pb2  # noqa: F401
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: F401
 
     pool = descriptor_pool.Default()
     find = pool.FindMessageTypeByName if kind == "message" else pool.FindEnumTypeByName
     try:
-        return find(f"{TF_PACKAGE}.{path}")
+        return find(f"{package}.{path}")
     except KeyError:
         return None
 
@@ -108,11 +115,11 @@ def field_type_problem(ours: str, field) -> str | None:
     return None
 
 
-def mismatches(messages, enums) -> list[str]:
+def mismatches(messages, enums, package: str = TF_PACKAGE) -> list[str]:
     """Every way our schema differs from the wheel's descriptors."""
     problems = []
     for path, fields in messages.items():
-        descriptor = tf_descriptor("message", path)
+        descriptor = tf_descriptor("message", path, package)
         if descriptor is None:
             problems.append(f"{path}: TensorFlow has no such message")
             continue
@@ -145,7 +152,7 @@ def mismatches(messages, enums) -> list[str]:
             if presence != (label == "optional"):
                 problems.append(f"{path}.{name}: presence is {label == 'optional'} here, {presence} in TensorFlow")
     for enum, values in enums.items():
-        descriptor = tf_descriptor("enum", enum)
+        descriptor = tf_descriptor("enum", enum, package)
         if descriptor is None:
             problems.append(f"{enum}: TensorFlow has no such enum")
             continue
@@ -235,6 +242,30 @@ def test_an_incomplete_schema_is_caught(dropped, expected):
     text = SCHEMA.read_text(encoding="utf-8")
     assert text.count(dropped) == 1
     assert any(p.startswith(expected) for p in missing(parse(text.replace(dropped, ""))[0]))
+
+
+# ------------------------------------------------------------------ XSpace
+
+
+def test_the_xspace_schema_matches_the_wheel_and_is_complete():
+    messages, enums = parse(XPLANE_SCHEMA.read_text(encoding="utf-8"))
+    assert set(messages) == {"XSpace", "XPlane", "XLine", "XEvent", "XStat", "XEventMetadata", "XStatMetadata"}
+    assert mismatches(messages, enums, XPLANE_PACKAGE) == []
+    left_out = [
+        f"{name}.{field.name}"
+        for name in messages
+        for field in tf_descriptor("message", name, XPLANE_PACKAGE).fields
+        if field.name not in messages[name]
+    ]
+    assert left_out == []
+
+
+def test_a_wrong_xspace_schema_is_caught():
+    text = XPLANE_SCHEMA.read_text(encoding="utf-8")
+    edit = ("int64 timestamp_ns = 3;", "int64 timestamp_ns = 4;")
+    assert text.count(edit[0]) == 1
+    wrong = mismatches(*parse(text.replace(*edit)), XPLANE_PACKAGE)
+    assert "XLine.timestamp_ns: number 4, TensorFlow's is 3" in wrong
 
 
 # ------------------------------------------------------------- round trips

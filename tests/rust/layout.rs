@@ -1,6 +1,7 @@
 //! Every `#[repr(C)]` mirror of `tfwasm::abi::ffi` against the C headers that
-//! ship in the installed TensorFlow wheel: `stream_executor.h`, and
-//! `grappler.h` with the `tf_buffer.h` and `tf_datatype.h` it includes.
+//! ship in the installed TensorFlow wheel: `stream_executor.h`,
+//! `grappler.h` with the `tf_buffer.h` and `tf_datatype.h` it includes,
+//! `pluggable_profiler.h`, and `c_api.h` (`TF_StringView`).
 //!
 //! One table (the `layouts!` invocation below) names each struct and its
 //! fields in header order. From it the test writes a C program that prints
@@ -21,12 +22,17 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use tfwasm::abi::ffi::grappler::*;
-use tfwasm::abi::ffi::kernels::{self, TF_DataType};
+use tfwasm::abi::ffi::kernels::{self, TF_DataType, TF_StringView};
+use tfwasm::abi::ffi::profiler::*;
 use tfwasm::abi::ffi::status::{self, TF_Code};
 use tfwasm::abi::ffi::stream_executor::*;
 
-const HEADERS: [&str; 2] =
-    ["tensorflow/c/experimental/stream_executor/stream_executor.h", "tensorflow/c/experimental/grappler/grappler.h"];
+const HEADERS: [&str; 4] = [
+    "tensorflow/c/experimental/stream_executor/stream_executor.h",
+    "tensorflow/c/experimental/grappler/grappler.h",
+    "tensorflow/c/experimental/pluggable_profiler/pluggable_profiler.h",
+    "tensorflow/c/c_api.h",
+];
 
 struct StructLayout {
     name: &'static str,
@@ -163,6 +169,15 @@ layouts! {
         struct_size, ext, major_version, minor_version, patch_version,
         device_type, optimizer_configs, optimizer,
     }
+    // TP 0.0.1, `pluggable_profiler.h` of TensorFlow 2.21.
+    TP_Profiler / TP_PROFILER_STRUCT_SIZE { struct_size, ext, device_type }
+    TP_ProfilerFns / TP_PROFILER_FNS_STRUCT_SIZE { struct_size, ext, start, stop, collect_data_xspace }
+    TF_ProfilerRegistrationParams / TF_PROFILER_REGISTRATION_PARAMS_STRUCT_SIZE {
+        struct_size, ext, major_version, minor_version, patch_version,
+        profiler, profiler_fns, destroy_profiler, destroy_profiler_fns,
+    }
+    // `c_api.h`: how kernels.h returns a node's name.
+    TF_StringView { data, len }
 }
 
 /// Integer constants and scalar type sizes: (C expression, our value).
@@ -182,6 +197,9 @@ fn constants() -> Vec<(&'static str, i64)> {
         ("GO_MAJOR", GO_MAJOR as i64),
         ("GO_MINOR", GO_MINOR as i64),
         ("GO_PATCH", GO_PATCH as i64),
+        ("TP_MAJOR", TP_MAJOR as i64),
+        ("TP_MINOR", TP_MINOR as i64),
+        ("TP_PATCH", TP_PATCH as i64),
         ("TF_TriState_Default", TF_TriState::TF_TriState_Default as i64),
         ("TF_TriState_Off", TF_TriState::TF_TriState_Off as i64),
         ("TF_TriState_On", TF_TriState::TF_TriState_On as i64),

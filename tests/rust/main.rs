@@ -10,4 +10,5 @@ mod hostile;
 mod hostile_passes;
 mod layout;
 mod passes;
+mod profiler;
 mod support;

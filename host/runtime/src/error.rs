@@ -75,6 +75,10 @@ pub enum Error {
     #[error("{message}")]
     Tensorflow { code: Code, message: String },
 
+    /// A profiling session was used out of order (started twice, ...).
+    #[error("tfwasm: profiler: {0}")]
+    Profiler(String),
+
     /// Something the host itself got wrong.
     #[error("tfwasm: internal error: {0}")]
     Internal(String),
@@ -95,6 +99,7 @@ impl Error {
             Error::Unimplemented(_) => UNIMPLEMENTED,
             Error::Stream(_) => INTERNAL,
             Error::Internal(_) => INTERNAL,
+            Error::Profiler(_) => FAILED_PRECONDITION,
             Error::Tensorflow { code, .. } => *code,
         }
     }

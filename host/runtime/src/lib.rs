@@ -22,6 +22,9 @@
 //! - [`policy`]: the serde manifest that says which guest runs with which
 //!   limits and capabilities.
 //! - [`pool`]: the rayon pool that compute and large copies run on.
+//! - [`profiler`]: what devices record while a profiling session runs
+//!   (kernels, copies, allocations, guest calls and faults), and the XSpace
+//!   TensorBoard reads, built from it.
 //! - [`error`]: the error type, and its one mapping to status codes.
 //!
 //! ## Unsafe code
@@ -37,6 +40,7 @@ pub mod error;
 pub mod passes;
 pub mod policy;
 pub mod pool;
+pub mod profiler;
 pub mod sandbox;
 
 pub use error::{Error, Result};

@@ -16,6 +16,9 @@ pub struct Policy {
     pub device: DeviceSection,
     #[serde(default)]
     pub capabilities: Capabilities,
+    /// What a profiling session may keep (`[profiler]`).
+    #[serde(default)]
+    pub profiler: ProfilerSection,
     /// The graph-optimizer passes, in the order they run (`[[pass]]`).
     #[serde(default, rename = "pass")]
     pub passes: Vec<PassSection>,
@@ -98,6 +101,29 @@ impl Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits { memory_bytes: Self::default_memory(), call_deadline_ms: Self::default_deadline() }
+    }
+}
+
+/// The profiler: how much a session keeps.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ProfilerSection {
+    /// Records (kernel executions, copies, allocations, guest calls, ...) a
+    /// session keeps for all devices together; when more arrive the oldest
+    /// go, and the trace says how many.
+    #[serde(default = "ProfilerSection::default_max_events")]
+    pub max_events: u64,
+}
+
+impl ProfilerSection {
+    fn default_max_events() -> u64 {
+        crate::profiler::DEFAULT_MAX_EVENTS as u64
+    }
+}
+
+impl Default for ProfilerSection {
+    fn default() -> Self {
+        ProfilerSection { max_events: Self::default_max_events() }
     }
 }
 
@@ -269,6 +295,7 @@ impl Policy {
             limits: Limits::default(),
             device: DeviceSection::default(),
             capabilities: Capabilities::default(),
+            profiler: ProfilerSection::default(),
             passes: Vec::new(),
         }
     }

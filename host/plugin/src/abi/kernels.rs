@@ -24,7 +24,7 @@ use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use super::ffi::done::{DoneCallback, Ownership};
 use super::ffi::kernels::*;
@@ -38,6 +38,7 @@ use crate::kernels::{
 };
 use crate::passes::catalog::{self, KernelTable, TypeConstraint};
 use smallvec::SmallVec;
+use tfwasm_runtime::profiler;
 
 /// The registry, fixed for the process: `create_nth::<I>` builds entry `I`.
 fn definitions() -> &'static [KernelDef] {
@@ -262,6 +263,8 @@ fn from_tf_dtype(dtype: TF_DataType) -> Option<DType> {
 /// What TensorFlow holds for one node: the kernel and the op it is for.
 struct Instance {
     op: &'static str,
+    /// The node's name, for the profiler's trace.
+    name: Arc<str>,
     kernel: Box<dyn Kernel>,
 }
 
@@ -310,7 +313,10 @@ unsafe extern "C" fn create_nth<const I: usize>(ctx: *mut TF_OpKernelConstructio
         let instance = with_status(
             |status| {
                 let kernel = def.create(&Construction { raw: ctx, op, status })?;
-                Ok(Instance { op: def.op, kernel })
+                // SAFETY: `ctx` is live for this call; TensorFlow returns a
+                // view of the node's name, copied here before the call ends.
+                let name = unsafe { node_name(TF_OpKernelConstruction_GetName(ctx.as_ptr())) };
+                Ok(Instance { op: def.op, name, kernel })
             },
             // SAFETY: `ctx` is the live construction context of this call;
             // `status` holds the failure.
@@ -320,10 +326,86 @@ unsafe extern "C" fn create_nth<const I: usize>(ctx: *mut TF_OpKernelConstructio
     })
 }
 
+/// The node name a `TF_StringView` shows, or `?`.
+///
+/// # Safety
+/// `view.data` is null or points at `view.len` readable bytes.
+unsafe fn node_name(view: TF_StringView) -> Arc<str> {
+    if view.data.is_null() {
+        return Arc::from("?");
+    }
+    // SAFETY: per this function's contract.
+    let bytes = unsafe { std::slice::from_raw_parts(view.data.cast::<u8>(), view.len) };
+    Arc::from(String::from_utf8_lossy(bytes).as_ref())
+}
+
 /// # Safety
 /// `kernel` is null or a pointer returned by one of our create callbacks and
 /// not yet deleted; `ctx` is the live context of this compute call.
 unsafe extern "C" fn compute_kernel(kernel: *mut c_void, ctx: *mut TF_OpKernelContext) {
+    // SAFETY: forwarded contract.
+    unsafe { compute_profiled(kernel, ctx, false) }
+}
+
+/// [`compute_kernel`], recorded as one kernel execution while a profiling
+/// session runs (`deferred`: on the compute pool, after the compute
+/// callback returned).
+///
+/// # Safety
+/// As [`compute_kernel`].
+unsafe fn compute_profiled(kernel: *mut c_void, ctx: *mut TF_OpKernelContext, deferred: bool) {
+    if !profiler::active() {
+        // SAFETY: forwarded contract.
+        return unsafe { compute_unprofiled(kernel, ctx) };
+    }
+    let start_ns = profiler::now_ns();
+    // SAFETY: forwarded contract.
+    unsafe { compute_unprofiled(kernel, ctx) };
+    let end_ns = profiler::now_ns();
+    ffi_guard_or((), "kernel profile", || {
+        // SAFETY: as in `compute_unprofiled` (null is checked).
+        let Some(instance) = (unsafe { kernel.cast::<Instance>().as_ref() }) else { return Ok(()) };
+        let Some(ctx) = NonNull::new(ctx) else { return Ok(()) };
+        // SAFETY: `ctx` is the live context of this execution.
+        let device = unsafe { TF_GetDeviceId(ctx.as_ptr()) };
+        let (shapes, bytes) = input_summary(instance, ctx);
+        profiler::record(profiler::Record {
+            device: u32::try_from(device).unwrap_or(0),
+            thread: profiler::current_thread(),
+            start_ns,
+            end_ns,
+            event: profiler::Event::Kernel { name: instance.name.clone(), op: instance.op, shapes, bytes, deferred },
+        });
+        Ok(())
+    });
+}
+
+/// The shapes of an execution's inputs (`[32,784] [784,128]`) and their bytes.
+fn input_summary(instance: &Instance, ctx: NonNull<TF_OpKernelContext>) -> (Box<str>, u64) {
+    SpareStatus::lend(|status| {
+        let context = Context { raw: ctx, op: instance.op, status };
+        let mut shapes = String::new();
+        let mut bytes = 0u64;
+        for index in 0..context.num_inputs() {
+            if !shapes.is_empty() {
+                shapes.push(' ');
+            }
+            match context.input(index) {
+                Ok(input) => {
+                    bytes += input.bytes().len() as u64;
+                    shapes.push_str(&format!("{:?}", input.shape()).replace(' ', ""));
+                }
+                Err(_) => shapes.push('?'),
+            }
+        }
+        (shapes.into_boxed_str(), bytes)
+    })
+    .unwrap_or_else(|_| ("?".into(), 0))
+}
+
+/// # Safety
+/// As [`compute_kernel`].
+unsafe fn compute_unprofiled(kernel: *mut c_void, ctx: *mut TF_OpKernelContext) {
     ffi_guard_or((), "kernel compute", || {
         let Some(ctx) = NonNull::new(ctx) else {
             return Err(Error::Internal("kernel computed with a null context".into()));
@@ -437,7 +519,7 @@ impl Deferred {
             let op = unsafe { kernel.cast::<Instance>().as_ref() }.map_or("?", |instance| instance.op);
             tracing::trace!("tfwasm: {op} finishes on the compute pool");
             // SAFETY: see `Send` above.
-            unsafe { compute_kernel(kernel, ctx) };
+            unsafe { compute_profiled(kernel, ctx, true) };
         }));
         done.run();
     }

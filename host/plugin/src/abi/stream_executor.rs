@@ -430,10 +430,6 @@ fn fill_work(dst: SendPtr, size: u64, pattern: u32, word: bool) -> device::WorkF
     })
 }
 
-fn run_now(work: device::WorkFn) -> Result<(), Error> {
-    work().map_err(Error::Stream)
-}
-
 // --------------------------------------------------------------- allocation
 
 thread_local! {
@@ -728,12 +724,9 @@ unsafe extern "C" fn sync_memcpy_dtoh(
     status: *mut TF_Status,
 ) {
     ffi_guard(status, || {
-        device_of(device)?.traffic().record(Path::DeviceToHost, size);
-        run_now(copy_work(
-            host_range(dst, size, "sync_memcpy_dtoh")?,
-            device_range(src, size, "sync_memcpy_dtoh")?,
-            size,
-        ))
+        let work =
+            copy_work(host_range(dst, size, "sync_memcpy_dtoh")?, device_range(src, size, "sync_memcpy_dtoh")?, size);
+        device_of(device)?.run_now(Path::DeviceToHost, size, work)
     });
 }
 
@@ -745,12 +738,9 @@ unsafe extern "C" fn sync_memcpy_htod(
     status: *mut TF_Status,
 ) {
     ffi_guard(status, || {
-        device_of(device)?.traffic().record(Path::HostToDevice, size);
-        run_now(copy_work(
-            device_range(dst, size, "sync_memcpy_htod")?,
-            host_range(src, size, "sync_memcpy_htod")?,
-            size,
-        ))
+        let work =
+            copy_work(device_range(dst, size, "sync_memcpy_htod")?, host_range(src, size, "sync_memcpy_htod")?, size);
+        device_of(device)?.run_now(Path::HostToDevice, size, work)
     });
 }
 
@@ -762,12 +752,9 @@ unsafe extern "C" fn sync_memcpy_dtod(
     status: *mut TF_Status,
 ) {
     ffi_guard(status, || {
-        device_of(device)?.traffic().record(Path::DeviceToDevice, size);
-        run_now(copy_work(
-            device_range(dst, size, "sync_memcpy_dtod")?,
-            device_range(src, size, "sync_memcpy_dtod")?,
-            size,
-        ))
+        let work =
+            copy_work(device_range(dst, size, "sync_memcpy_dtod")?, device_range(src, size, "sync_memcpy_dtod")?, size);
+        device_of(device)?.run_now(Path::DeviceToDevice, size, work)
     });
 }
 

@@ -29,6 +29,7 @@ use parking_lot::Mutex;
 
 use crate::error::Error;
 use crate::policy::Policy;
+use crate::profiler::{self, Event, Record};
 use crate::sandbox::{
     guest_text, DeviceConfig, DeviceError, DeviceInfo, EventStatus, GuestInstance, GuestProgram, Ticket, Usage,
     WorkKind,
@@ -322,6 +323,20 @@ impl Device {
         // TensorFlow may ask for 0 bytes; it still wants a distinct non-null pointer.
         let size = size.max(1);
         let mut slot = self.slot.lock();
+        if !profiler::active() {
+            return self.allocate_locked(&mut slot, size);
+        }
+        let start_ns = profiler::now_ns();
+        let outcome = self.allocate_locked(&mut slot, size);
+        if let Ok(ptr) = outcome {
+            let offset = ptr as u64 - self.arena.base() as u64;
+            let in_use_after = self.arena.bytes_in_use();
+            self.record(start_ns, Event::Allocation { offset, size, in_use_after });
+        }
+        outcome
+    }
+
+    fn allocate_locked(&self, slot: &mut GuestSlot, size: u64) -> Result<*mut u8, Error> {
         if slot.disabled.is_none() {
             if let Some(offset) = slot.recycled.take(size) {
                 // SAFETY: the block was committed in the arena (offset + size
@@ -329,10 +344,10 @@ impl Device {
                 return Ok(unsafe { self.arena.base().add(offset as usize) });
             }
         }
-        match self.place(&mut slot, size) {
+        match self.place(slot, size) {
             Err(Error::OutOfMemory { .. }) if slot.recycled.bytes > 0 => {
-                self.return_recycled(&mut slot);
-                self.place(&mut slot, size)
+                self.return_recycled(slot);
+                self.place(slot, size)
             }
             outcome => outcome,
         }
@@ -372,6 +387,7 @@ impl Device {
     /// objects (it then only leaks in the guest's view, which stays safe).
     pub fn deallocate(&self, ptr: *const u8) -> Result<(), Error> {
         let mut slot = self.slot.lock();
+        let start_ns = if profiler::active() { profiler::now_ns() } else { 0 };
         let Some((offset, size)) = self.arena.lookup(ptr) else {
             return Err(Error::InvalidArgument(format!("{}: deallocate of unknown pointer {ptr:?}", self.name)));
         };
@@ -380,10 +396,27 @@ impl Device {
         }
         if slot.disabled.is_none() && slot.recycled.bytes + size <= self.recycle_limit {
             slot.recycled.put(offset, size);
-            return Ok(());
+        } else {
+            self.free_block(&mut slot, offset);
         }
-        self.free_block(&mut slot, offset);
+        if start_ns != 0 {
+            // Blocks the host keeps for reuse still count as in use: the
+            // trace shows the region as the device holds it.
+            let in_use_after = self.arena.bytes_in_use();
+            self.record(start_ns, Event::Free { offset, size, in_use_after });
+        }
         Ok(())
+    }
+
+    /// Keeps a record of `event`, from `start_ns` to now, on this thread.
+    fn record(&self, start_ns: u64, event: Event) {
+        profiler::record(Record {
+            device: self.ordinal,
+            thread: profiler::current_thread(),
+            start_ns,
+            end_ns: profiler::now_ns(),
+            event,
+        });
     }
 
     /// Releases the block at `offset` in the arena and tells the guest.
@@ -512,8 +545,12 @@ impl Device {
     /// or fill of at most [`INLINE_WORK_MAX_BYTES`] runs at once on the
     /// calling thread when the stream is idle.
     pub fn submit(&self, handle: Handle, kind: WorkKind, work: WorkFn, bytes: Option<u64>) -> Result<(), Error> {
+        let mut work = work;
         if let (Some(path), Some(bytes)) = (Path::of(kind), bytes) {
             self.traffic.record(path, bytes);
+            if profiler::active() {
+                work = self.profiled(path, handle, bytes, work);
+            }
         }
         let mut slot = self.slot.lock();
         let ordered = self.order(&mut slot, handle, "streams.submit", |g, s, id| {
@@ -521,6 +558,20 @@ impl Device {
         })?;
         self.run_or_enqueue(&mut slot, ordered, work, bytes.is_some_and(|bytes| bytes <= INLINE_WORK_MAX_BYTES));
         Ok(())
+    }
+
+    /// Runs a copy or fill TensorFlow waits for (`sync_memcpy_*`) on the
+    /// calling thread, counting its traffic.
+    pub fn run_now(&self, path: Path, bytes: u64, work: WorkFn) -> Result<(), Error> {
+        self.traffic.record(path, bytes);
+        let work = if profiler::active() { self.profiled(path, 0, bytes, work) } else { work };
+        work().map_err(Error::Stream)
+    }
+
+    /// `work`, recording when it runs as a copy or fill on `stream`.
+    fn profiled(&self, path: Path, stream: Handle, bytes: u64, work: WorkFn) -> WorkFn {
+        let device = self.ordinal;
+        Box::new(move || profiler::span(device, || Event::Copy { path, stream, bytes }, work))
     }
 
     /// Runs `work` now if it is small and its stream idle (publishing the
@@ -972,7 +1023,12 @@ impl Device {
         let Some(instance) = slot.instance.as_mut() else {
             return Err(Error::Internal(format!("{}: no guest instance", self.name)));
         };
-        match instance.with_bindings(call, body) {
+        let outcome = profiler::span(
+            self.ordinal,
+            || Event::GuestCall { call: call.into() },
+            || instance.with_bindings(call, body),
+        );
+        match outcome {
             Ok(value) => Ok(value),
             Err(error) => {
                 if error.is_guest_fault() {
@@ -1043,6 +1099,17 @@ impl Device {
         }
         slot.replacements += 1;
         slot.last_fault = Some(fault.clone());
+        let fault_at = profiler::now_ns();
+        let record_fault = |outcome: String| {
+            if profiler::active() {
+                let event = Event::Fault {
+                    guest: self.guest().into(),
+                    reason: fault.to_string().into(),
+                    outcome: outcome.into(),
+                };
+                self.record(fault_at, event);
+            }
+        };
         if slot.replacements > MAX_REPLACEMENTS {
             let reason = format!(
                 "{} failed {} times; last: {fault}. Fix the guest or its policy and restart the process",
@@ -1050,6 +1117,7 @@ impl Device {
                 slot.replacements
             );
             tracing::error!("tfwasm: {} is disabled: {reason}", self.name);
+            record_fault(format!("device disabled: {reason}"));
             slot.instance = None;
             slot.disabled = Some(reason);
             return;
@@ -1068,10 +1136,17 @@ impl Device {
             }
         });
         match fresh {
-            Ok(instance) => slot.instance = Some(instance),
+            Ok(instance) => {
+                record_fault(format!(
+                    "instance replaced (replacement {} of at most {MAX_REPLACEMENTS})",
+                    slot.replacements
+                ));
+                slot.instance = Some(instance);
+            }
             Err(error) => {
                 let reason = format!("could not replace the faulty instance of {}: {error}", self.guest());
                 tracing::error!("tfwasm: {} is disabled: {reason}", self.name);
+                record_fault(format!("device disabled: {reason}"));
                 slot.instance = None;
                 slot.disabled = Some(reason);
             }
@@ -1152,6 +1227,7 @@ impl Platform {
 
     /// Starts `policy.device.count` devices running the policy's guest.
     pub fn start(policy: &Policy, device_type: &str) -> Result<Vec<Arc<Device>>, Error> {
+        profiler::set_capacity(usize::try_from(policy.profiler.max_events).unwrap_or(usize::MAX));
         let program = GuestProgram::load(policy)?;
         (0..policy.device.count).map(|ordinal| Device::new(&program, device_type, ordinal)).collect()
     }

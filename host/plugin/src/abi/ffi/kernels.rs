@@ -24,6 +24,15 @@ pub struct TF_OpDefinitionBuilder {
     _private: [u8; 0],
 }
 
+/// A borrowed string (`c_api.h`): `len` bytes at `data`, not NUL-terminated,
+/// owned by TensorFlow.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct TF_StringView {
+    pub data: *const c_char,
+    pub len: usize,
+}
+
 /// The context of one shape-inference call (`ops.h`).
 #[repr(C)]
 pub struct TF_ShapeInferenceContext {
@@ -280,6 +289,9 @@ extern "C" {
     pub fn TF_ExpectedOutputDataType(ctx: *mut TF_OpKernelContext, i: c_int) -> TF_DataType;
 
     pub fn TF_GetDeviceId(ctx: *mut TF_OpKernelContext) -> c_int;
+
+    /// The node's name; the view lives as long as the kernel.
+    pub fn TF_OpKernelConstruction_GetName(ctx: *mut TF_OpKernelConstruction) -> TF_StringView;
 
     // ---- tensors (tf_tensor.h) ----
 

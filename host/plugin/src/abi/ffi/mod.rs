@@ -6,5 +6,6 @@ pub mod c_api;
 pub mod done;
 pub mod grappler;
 pub mod kernels;
+pub mod profiler;
 pub mod status;
 pub mod stream_executor;
