@@ -7,6 +7,7 @@ The wheel installs into site-packages:
     tensorflow-plugins/tfwasm/device.toml           default sandbox policy
     tensorflow-plugins/tfwasm/reference_device.wasm default guest
     tensorflow-plugins/tfwasm/*_pass.wasm           the reference optimizer passes the policy runs
+    tensorflow-plugins/tfwasm/reference_profiler.wasm the profiler guest the policy names
     tfwasm/*.py                                     `python -m tfwasm sweep|coverage`
     (the environment's bin/)tfwasm                  the `tfwasm` command: check, info,
                                                     precompile, policy check
@@ -150,7 +151,9 @@ PASSES = (
     ("tfwasm-fuse-pass", "tfwasm_fuse_pass.wasm", "fuse_pass.wasm"),
     ("tfwasm-contraction-pass", "tfwasm_contraction_pass.wasm", "contraction_pass.wasm"),
 )
-SHIPPED += tuple((package, "wasm32-wasip2", f"{PLUGIN_DIR}/{NAME}/{name}") for package, _, name in PASSES)
+# The reference profiler guest, which the default policy names to shape the trace.
+PROFILERS = (("tfwasm-reference-profiler", "tfwasm_reference_profiler.wasm", "reference_profiler.wasm"),)
+SHIPPED += tuple((package, "wasm32-wasip2", f"{PLUGIN_DIR}/{NAME}/{name}") for package, _, name in PASSES + PROFILERS)
 GUEST_DIR = REPO / "target/wasm32-wasip2/guest"
 
 # Native code a crate builds from sources it carries, under a license of its
@@ -265,6 +268,7 @@ def third_party_notices() -> bytes:
 
 def build(plugin: Path, policy: Path, guest: Path, cli: Path, out_dir: Path) -> Path:
     passes = [(f"pass {package}", GUEST_DIR / built, name) for package, built, name in PASSES]
+    passes += [(f"profiler {package}", GUEST_DIR / built, name) for package, built, name in PROFILERS]
     for label, path in (("plugin", plugin), ("policy", policy), ("guest", guest), ("command", cli),
                         *((label, path) for label, path, _ in passes)):
         if not path.is_file():

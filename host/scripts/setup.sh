@@ -44,7 +44,8 @@ fi
 
 step "Build guests (wasm32-wasip2, profile guest)"
 cargo build --target "$WASM_TARGET" --profile guest \
-    -p tfwasm-reference-device -p tfwasm-hostile-device -p tfwasm-fuse-pass -p tfwasm-contraction-pass -p tfwasm-hostile-pass
+    -p tfwasm-reference-device -p tfwasm-hostile-device -p tfwasm-fuse-pass -p tfwasm-contraction-pass -p tfwasm-hostile-pass \
+    -p tfwasm-reference-profiler -p tfwasm-hostile-profiler
 
 step "Build the C guest (guest/c-device: clang, wit-bindgen c, wasm-tools)"
 bash guest/c-device/build.sh

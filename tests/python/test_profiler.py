@@ -13,7 +13,9 @@ import json
 import subprocess
 import sys
 
-from tfwasm_support import make_policy, subprocess_env
+from tfwasm_support import GUEST_BUILD_DIR, make_policy, reference_guest_path, subprocess_env
+
+HOSTILE_PROFILER = GUEST_BUILD_DIR / "tfwasm_hostile_profiler.wasm"
 
 # Shared by the child scripts: find the trace, read the device's plane.
 SUMMARY = r"""
@@ -107,6 +109,13 @@ result("summary", json.dumps(summary(files[0])))
     products = summary["op_types"].get("MatMul", 0) + summary["op_types"].get("_FusedMatMul", 0)
     assert products == 8 * 5, summary["op_types"]
     assert summary["plane_stats"]["dropped_events"] == 0
+    # The default policy's profiler guest shaped the plane: its own busy
+    # spans and op summary beside the recorded events.
+    status = summary["plane_stats"]["profiler_guest"]
+    assert "reference-profiler" in status and "shaped the trace" in status, status
+    assert summary["lines"].get("Device busy", {}).get("busy", 0) >= 1, list(summary["lines"])
+    assert summary["plane_stats"]["kernel_executions"] == sum(summary["op_types"].values())
+    assert summary["plane_stats"]["kernel_time_by_op"].split(" ")[0] in summary["op_types"]
 
 
 def test_the_profile_context_manager_has_one_event_per_kernel_execution(run_tf, tmp_path):
@@ -262,3 +271,57 @@ result("summary", json.dumps(summary(xplane_files({str(logdir)!r})[0])))
     summary = json.loads(done.results()["summary"])
     assert summary["lines"].get("Guest faults", {}).get("Guest fault", 0) >= 1, summary["lines"].keys()
     assert summary["plane_stats"]["guest_replacements"] >= 1
+
+
+def test_a_hostile_profiler_guest_leaves_the_hosts_lines_and_says_why(run_tf, tmp_path):
+    assert HOSTILE_PROFILER.is_file(), f"{HOSTILE_PROFILER} is not built (host/scripts/setup.sh builds it)"
+    logdir = tmp_path / "logs"
+    policy = make_policy(reference_guest_path())
+    policy["profiler"] = {
+        "guest": {
+            "name": "hostile-profiler",
+            "path": str(HOSTILE_PROFILER),
+            "config": {"mode": "trap"},
+            "limits": {"memory-bytes": 64 << 20, "call-deadline-ms": 1000},
+        }
+    }
+    done = run_tf(
+        SUMMARY
+        + f"""
+x = tf.random.normal((64, 64))
+with tf.profiler.experimental.Profile({str(logdir)!r}):
+    for _ in range(3):
+        y = tf.matmul(x, x)
+    y.numpy()
+result("summary", json.dumps(summary(xplane_files({str(logdir)!r})[0])))
+""",
+        policy=policy,
+    )
+    assert done.returncode == 0, done.describe()
+    summary = json.loads(done.results()["summary"])
+    status = summary["plane_stats"]["profiler_guest"]
+    assert "hostile-profiler" in status and "panicked" in status and "host's own lines" in status, status
+    assert summary["op_types"].get("MatMul") == 3, summary["op_types"]
+    assert "/host:CPU" in summary["planes"], "TensorFlow's own planes are untouched"
+
+
+def test_the_device_guests_annotations_are_in_the_trace(run_tf, tmp_path):
+    # make_policy keeps no freed blocks on the host (recycle-bytes = 0): every
+    # allocation and free reaches the guest, which samples its allocator's
+    # state every 64th into the trace.
+    logdir = tmp_path / "logs"
+    done = run_tf(
+        SUMMARY
+        + f"""
+x = tf.random.normal((64, 64))
+with tf.profiler.experimental.Profile({str(logdir)!r}):
+    for _ in range(100):
+        x = tf.nn.relu(tf.matmul(x, x) * 0.01)
+    x.numpy()
+result("summary", json.dumps(summary(xplane_files({str(logdir)!r})[0])))
+""",
+        policy=make_policy(reference_guest_path()),
+    )
+    assert done.returncode == 0, done.describe()
+    summary = json.loads(done.results()["summary"])
+    assert summary["lines"].get("Annotations", {}).get("allocator", 0) >= 2, summary["lines"].keys()

@@ -1,6 +1,7 @@
 //! The profiler's host side without TensorFlow: a session on a device
 //! running the reference guest, collected into the XSpace TensorBoard reads
-//! and decoded again with our own schema.
+//! and decoded again with our own schema; shaped by the reference profiler
+//! guest, and by a hostile one whose every lie leaves the host's own lines.
 //!
 //! The session is process-wide, so these tests take [`SESSION`] in turn.
 //! Other tests of this binary use devices meanwhile, and their records land
@@ -11,15 +12,48 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tfwasm::device::Device;
+use tfwasm::policy::{Limits, ProfilerGuestSection};
 use tfwasm::sandbox::WorkKind;
 use tfwasm::Error;
 use tfwasm_proto::prost::Message;
 use tfwasm_proto::xplane::{x_stat, XEvent, XLine, XPlane, XSpace};
+use tfwasm_runtime::profiler::guest::ProfilerProgram;
 use tfwasm_runtime::profiler::{self, xspace::PLANE_PREFIX};
 
-use crate::support::{hostile_device, reference_device};
+use crate::support::{guest, hostile_device, reference_device};
 
 static SESSION: Mutex<()> = Mutex::new(());
+
+/// Takes the session for one test, with the host's own shaping unless it
+/// sets a profiler guest.
+fn session() -> parking_lot::MutexGuard<'static, ()> {
+    let guard = SESSION.lock();
+    profiler::set_guest(None);
+    guard
+}
+
+fn profiler_guest(file: &str, name: &str, options: &[(&str, &str)]) -> Arc<ProfilerProgram> {
+    let section = ProfilerGuestSection {
+        name: name.into(),
+        path: guest(file),
+        sha256: None,
+        limits: Limits { memory_bytes: 256 << 20, call_deadline_ms: 500 },
+        config: options.iter().map(|(k, v)| ((*k).to_owned(), toml::Value::String((*v).to_owned()))).collect(),
+    };
+    ProfilerProgram::load(&section, None).expect("the profiler guest loads")
+}
+
+fn stat_text(plane: &XPlane, name: &str) -> String {
+    plane
+        .stats
+        .iter()
+        .find(|s| plane.stat_metadata[&s.metadata_id].name == name)
+        .and_then(|s| match &s.value {
+            Some(x_stat::Value::StrValue(text)) => Some(text.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no text stat {name}"))
+}
 
 /// Collects the stopped session the way TensorFlow does: size query, then copy.
 fn collect(devices: &[Arc<Device>]) -> XSpace {
@@ -63,7 +97,7 @@ fn memory_events(plane: &XPlane, size: u64) -> Vec<(&str, u64)> {
 
 #[test]
 fn a_session_records_allocations_copies_and_guest_calls_on_the_devices_plane() {
-    let _session = SESSION.lock();
+    let _session = session();
     let device = reference_device(64 << 20);
     let before = profiler::now_ns();
     profiler::start().unwrap();
@@ -107,7 +141,7 @@ fn a_session_records_allocations_copies_and_guest_calls_on_the_devices_plane() {
 
 #[test]
 fn nothing_is_recorded_without_a_session() {
-    let _session = SESSION.lock();
+    let _session = session();
     let device = reference_device(64 << 20);
     let ptr = device.allocate(98_765).unwrap();
     device.deallocate(ptr).unwrap();
@@ -121,7 +155,7 @@ fn nothing_is_recorded_without_a_session() {
 
 #[test]
 fn the_ring_keeps_the_newest_records_and_counts_the_dropped() {
-    let _session = SESSION.lock();
+    let _session = session();
     let device = reference_device(64 << 20);
     profiler::start_with_capacity(16).unwrap();
     for _ in 0..100 {
@@ -143,7 +177,7 @@ fn the_ring_keeps_the_newest_records_and_counts_the_dropped() {
 
 #[test]
 fn sessions_restart_and_misuse_is_an_error_not_a_crash() {
-    let _session = SESSION.lock();
+    let _session = session();
     let device = reference_device(64 << 20);
     let devices = std::slice::from_ref(&device);
     profiler::start().unwrap();
@@ -176,7 +210,7 @@ fn sessions_restart_and_misuse_is_an_error_not_a_crash() {
 
 #[test]
 fn a_guest_fault_and_the_replacement_are_in_the_trace() {
-    let _session = SESSION.lock();
+    let _session = session();
     let device = hostile_device("trap-on-allocate", 1);
     profiler::start().unwrap();
     let a = device.allocate(1000).unwrap();
@@ -196,4 +230,87 @@ fn a_guest_fault_and_the_replacement_are_in_the_trace() {
         .unwrap();
     assert_eq!(reason, fault.to_string());
     assert_eq!(stat_u64(plane, &plane.stats, "guest_replacements"), Some(1));
+}
+
+/// A session of one allocation of `size`, shaped by `program`.
+fn shaped_session(program: Arc<ProfilerProgram>, size: u64) -> XSpace {
+    let device = reference_device(64 << 20);
+    profiler::set_guest(Some(program));
+    profiler::start().unwrap();
+    let ptr = device.allocate(size).unwrap();
+    device.deallocate(ptr).unwrap();
+    profiler::stop().unwrap();
+    let space = collect(std::slice::from_ref(&device));
+    profiler::set_guest(None);
+    space
+}
+
+#[test]
+fn the_reference_profiler_guest_shapes_the_devices_plane() {
+    let _session = session();
+    let program = profiler_guest("tfwasm_reference_profiler.wasm", "reference-profiler", &[]);
+    let space = shaped_session(program, 61_111);
+    let plane = plane(&space, 0);
+    let status = stat_text(plane, "profiler_guest");
+    assert!(status.contains("reference-profiler") && status.contains("shaped the trace"), "{status}");
+    assert_eq!(stat_u64(plane, &plane.stats, "kernel_executions"), Some(0), "the guest's own plane stat");
+    let names: Vec<_> = memory_events(plane, 61_111).iter().map(|(name, _)| *name).collect();
+    assert_eq!(names, ["Allocate", "Free"], "the recorded events, on the guest's Memory line");
+    assert!(plane.lines.iter().any(|l| l.name == "Guest calls"));
+}
+
+#[test]
+fn a_hostile_profiler_guest_costs_only_its_own_shape() {
+    let _session = session();
+    let cases = [
+        ("trap", "panicked"),
+        ("loop", "deadline"),
+        ("error", "asked to fail"),
+        ("flood", "of its own"),
+        ("lying-ids", "does not exist"),
+        ("wrong-device", "does not exist"),
+        ("absurd-time", "outside the session"),
+        ("long-name", "characters"),
+        ("typo", "unknown mode"),
+    ];
+    for (index, (mode, reason)) in cases.into_iter().enumerate() {
+        let program = profiler_guest("tfwasm_hostile_profiler.wasm", "hostile-profiler", &[("mode", mode)]);
+        let size = 62_000 + index as u64;
+        let space = shaped_session(program, size);
+        let plane = plane(&space, 0);
+        let status = stat_text(plane, "profiler_guest");
+        assert!(
+            status.contains("hostile-profiler") && status.contains(reason) && status.contains("host's own lines"),
+            "{mode}: {status}"
+        );
+        let names: Vec<_> = memory_events(plane, size).iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["Allocate", "Free"], "{mode}: the host's own lines are in the trace");
+        assert!(plane.lines.iter().all(|l| l.name != "lies"), "{mode}: nothing of the guest's answer is kept");
+    }
+    // An honest answer that shapes no device leaves the host's lines too, without complaint.
+    let program = profiler_guest("tfwasm_hostile_profiler.wasm", "hostile-profiler", &[("mode", "honest")]);
+    let space = shaped_session(program, 63_000);
+    let plane = plane(&space, 0);
+    assert!(stat_text(plane, "profiler_guest").contains("shaped the trace"));
+    assert_eq!(memory_events(plane, 63_000).len(), 2);
+}
+
+#[test]
+fn the_reference_device_guest_annotates_its_allocators_state() {
+    let _session = session();
+    let device = reference_device(64 << 20);
+    profiler::start().unwrap();
+    for _ in 0..200 {
+        let ptr = device.allocate(64_123).unwrap();
+        device.deallocate(ptr).unwrap();
+    }
+    profiler::stop().unwrap();
+    let space = collect(std::slice::from_ref(&device));
+    let plane = plane(&space, 0);
+    let annotations = line(plane, "Annotations");
+    let samples: Vec<_> = annotations.events.iter().filter(|e| event_name(plane, e) == "allocator").collect();
+    // 400 guest calls, one sample every 64th.
+    assert!(samples.len() >= 6, "{} allocator samples", samples.len());
+    assert!(samples.iter().all(|e| stat_u64(plane, &e.stats, "limit") == Some(64 << 20)));
+    assert!(samples.iter().all(|e| stat_u64(plane, &e.stats, "bytes_in_use").is_some()));
 }

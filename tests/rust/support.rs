@@ -22,6 +22,7 @@ pub fn guest(file: &str) -> PathBuf {
             .current_dir(workspace())
             .args(["build", "--quiet", "--target", "wasm32-wasip2", "--profile", "guest"])
             .args(["-p", "tfwasm-reference-device", "-p", "tfwasm-hostile-device"])
+            .args(["-p", "tfwasm-reference-profiler", "-p", "tfwasm-hostile-profiler"])
             .status()
             .expect("run cargo to build the guests");
         assert!(status.success(), "building the guests failed");

@@ -29,9 +29,13 @@ mod component {
     use crate::ordering::Ordering;
     use crate::settings::Settings;
 
+    // The device world plus the profiler's `annotations` import
+    // (`tfwasm:profiler/annotated-device`).
     wit_bindgen::generate!({
-        path: "../../wit/device",
-        world: "device",
+        path: "../../wit/profiler",
+        world: "annotated-device",
+        // The device interfaces come from the package tfwasm:device (wit/profiler/deps).
+        generate_all,
     });
 
     use crate::glue::{self, alloc_error, order_error, ticket};
@@ -41,6 +45,8 @@ mod component {
     use exports::tfwasm::device::streams::{EventState, Guest as Streams, Ticket, WorkKind};
     use tfwasm::device::host::{log, LogLevel};
     use tfwasm::device::types::{DeviceConfig, DeviceError, DeviceInfo};
+    use tfwasm::profiler::annotations;
+    use tfwasm::profiler::types::{Stat, StatValue};
 
     struct Device {
         memory: BestFit,
@@ -49,6 +55,33 @@ mod component {
 
     thread_local! {
         static DEVICE: RefCell<Option<Device>> = const { RefCell::new(None) };
+        /// Allocations and frees answered, for sampling the allocator's state.
+        static MEMORY_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Every [`SAMPLE_EVERY`]th allocation or free, while a profiling
+    /// session runs, the allocator's state goes into the device's trace as
+    /// an `allocator` annotation. Asking whether a session runs is a host
+    /// call, hence the sampling.
+    const SAMPLE_EVERY: u64 = 64;
+
+    fn sample_allocator(device: &Device) {
+        let calls = MEMORY_CALLS.get() + 1;
+        MEMORY_CALLS.set(calls);
+        if calls % SAMPLE_EVERY != 0 || !annotations::active() {
+            return;
+        }
+        let stats = device.memory.stats();
+        let stat = |key: &str, value: u64| Stat { key: key.into(), value: StatValue::Unsigned(value) };
+        annotations::instant(
+            "allocator",
+            &[
+                stat("bytes_in_use", stats.bytes_in_use),
+                stat("largest_free_block", stats.largest_free_block),
+                stat("peak_bytes_in_use", stats.peak_bytes_in_use),
+                stat("limit", stats.limit),
+            ],
+        );
     }
 
     fn with<R>(f: impl FnOnce(&mut Device) -> Result<R, DeviceError>) -> Result<R, DeviceError> {
@@ -91,11 +124,19 @@ mod component {
 
     impl Memory for Reference {
         fn allocate(size: u64, alignment: u64) -> Result<u64, DeviceError> {
-            with(|d| d.memory.allocate(size, alignment).map_err(alloc_error))
+            with(|d| {
+                let placed = d.memory.allocate(size, alignment).map_err(alloc_error);
+                sample_allocator(d);
+                placed
+            })
         }
 
         fn free(offset: u64) -> Result<(), DeviceError> {
-            with(|d| d.memory.free(offset).map_err(alloc_error))
+            with(|d| {
+                let freed = d.memory.free(offset).map_err(alloc_error);
+                sample_allocator(d);
+                freed
+            })
         }
 
         fn usage() -> MemoryUsage {

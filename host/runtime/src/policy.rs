@@ -113,6 +113,10 @@ pub struct ProfilerSection {
     /// go, and the trace says how many.
     #[serde(default = "ProfilerSection::default_max_events")]
     pub max_events: u64,
+    /// The profiler guest (world `profiler`, `wit/profiler`) that shapes
+    /// the trace; without one the trace shows the host's own lines.
+    #[serde(default)]
+    pub guest: Option<ProfilerGuestSection>,
 }
 
 impl ProfilerSection {
@@ -123,7 +127,37 @@ impl ProfilerSection {
 
 impl Default for ProfilerSection {
     fn default() -> Self {
-        ProfilerSection { max_events: Self::default_max_events() }
+        ProfilerSection { max_events: Self::default_max_events(), guest: None }
+    }
+}
+
+/// `[profiler.guest]`: a guest of world `profiler`, its limits and options.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ProfilerGuestSection {
+    /// Names the guest in messages and in the trace.
+    pub name: String,
+    pub path: PathBuf,
+    /// The guest's SHA-256, if the operator pins it.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Memory cap and deadline of one `shape` call: a whole session's
+    /// records cross into the guest, hence larger defaults.
+    #[serde(default = "ProfilerGuestSection::default_limits")]
+    pub limits: Limits,
+    /// Options handed to every `shape` call as `session.options`.
+    #[serde(default)]
+    pub config: toml::Table,
+}
+
+impl ProfilerGuestSection {
+    fn default_limits() -> Limits {
+        Limits { memory_bytes: 512 << 20, call_deadline_ms: 5000 }
+    }
+
+    /// `[profiler.guest.config]` flattened to the key/value strings the guest receives.
+    pub fn options(&self) -> Vec<(String, String)> {
+        flatten(&self.config)
     }
 }
 
@@ -225,6 +259,11 @@ impl Policy {
                 preopen.host = base.join(&preopen.host);
             }
         }
+        if let Some(guest) = &mut self.profiler.guest {
+            if guest.path.is_relative() {
+                guest.path = base.join(&guest.path);
+            }
+        }
         for pass in &mut self.passes {
             if pass.path.is_relative() {
                 pass.path = base.join(&pass.path);
@@ -258,6 +297,21 @@ impl Policy {
             if pass.limits.memory_bytes < (1 << 16) {
                 return Err(format!("{at}.limits.memory-bytes must be at least one wasm page (65536)"));
             }
+        }
+        if let Some(guest) = &self.profiler.guest {
+            if guest.name.trim().is_empty() {
+                return Err("profiler.guest.name must not be empty".into());
+            }
+            check_pin("profiler.guest.sha256", guest.sha256.as_deref())?;
+            if guest.limits.call_deadline_ms == 0 {
+                return Err("profiler.guest.limits.call-deadline-ms must be at least 1".into());
+            }
+            if guest.limits.memory_bytes < (1 << 16) {
+                return Err("profiler.guest.limits.memory-bytes must be at least one wasm page (65536)".into());
+            }
+        }
+        if self.profiler.max_events == 0 {
+            return Err("profiler.max-events must be at least 1".into());
         }
         if self.device.count > MAX_DEVICES {
             return Err(format!("device.count = {} exceeds {MAX_DEVICES}", self.device.count));

@@ -1178,6 +1178,7 @@ impl Drop for Device {
 
 /// Calls the guest's `init` and checks what it says about itself.
 fn init_instance(instance: &mut GuestInstance, config: &DeviceConfig) -> Result<DeviceInfo, Error> {
+    instance.annotate_for(config.ordinal);
     let guest = instance.label().to_owned();
     let info = instance
         .with_bindings("identity.init", |g, s| g.tfwasm_device_identity().call_init(s, config))?
@@ -1213,9 +1214,13 @@ pub struct Platform {
 
 impl Platform {
     /// Starts one guest instance per device of `policy` (or of the error
-    /// that loading it gave). Never fails: a broken setup yields a platform
-    /// with zero devices and the reason, logged once.
+    /// that loading it gave), and takes its `[profiler]` section. Never
+    /// fails: a broken setup yields a platform with zero devices and the
+    /// reason, logged once.
     pub fn from_policy(policy: Result<Policy, Error>, device_type: &str) -> Platform {
+        if let Ok(policy) = &policy {
+            profiler::configure(&policy.profiler);
+        }
         match policy.and_then(|policy| Platform::start(&policy, device_type)) {
             Ok(devices) => Platform { devices, failure: None },
             Err(error) => {
@@ -1227,7 +1232,6 @@ impl Platform {
 
     /// Starts `policy.device.count` devices running the policy's guest.
     pub fn start(policy: &Policy, device_type: &str) -> Result<Vec<Arc<Device>>, Error> {
-        profiler::set_capacity(usize::try_from(policy.profiler.max_events).unwrap_or(usize::MAX));
         let program = GuestProgram::load(policy)?;
         (0..policy.device.count).map(|ordinal| Device::new(&program, device_type, ordinal)).collect()
     }

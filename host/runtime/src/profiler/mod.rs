@@ -17,10 +17,13 @@
 //! TensorFlow's own planes use, so the device's events line up with the
 //! host's in the trace viewer.
 //!
-//! [`xspace`] turns a stopped session into the planes TensorBoard shows.
+//! [`xspace`] turns a stopped session into the planes TensorBoard shows,
+//! shaped by the policy's profiler guest ([`guest`]) when there is one.
 //! The session is process-wide (TensorFlow runs one profiler session at a
 //! time) and every function here is thread-safe.
 
+pub mod annotations;
+pub mod guest;
 pub mod xspace;
 
 use std::collections::VecDeque;
@@ -32,6 +35,8 @@ use parking_lot::Mutex;
 
 use crate::device::{Device, Path};
 use crate::error::Error;
+use crate::policy::{ProfilerGuestSection, ProfilerSection};
+use guest::ProfilerProgram;
 
 /// Records a session keeps when the policy does not say (`profiler.max-events`).
 pub const DEFAULT_MAX_EVENTS: usize = 1 << 18;
@@ -46,6 +51,18 @@ static RING: Mutex<Ring> = Mutex::new(Ring { records: VecDeque::new(), dropped: 
 
 static SESSION: Mutex<Session> = Mutex::new(Session { phase: Phase::Idle, pending: None });
 
+/// The profiler guest that shapes the trace: named by the policy, loaded at
+/// the first collection that needs it.
+static GUEST: Mutex<GuestSetting> = Mutex::new(GuestSetting::None);
+
+enum GuestSetting {
+    None,
+    Named(ProfilerGuestSection),
+    Loaded(Arc<ProfilerProgram>),
+    /// Loading failed: said in every trace, not retried.
+    Broken(String),
+}
+
 /// True while a profiling session runs. The hot-path check.
 #[inline]
 pub fn active() -> bool {
@@ -55,6 +72,71 @@ pub fn active() -> bool {
 /// Wall-clock nanoseconds since the Unix epoch.
 pub fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Takes the policy's `[profiler]` section: the ring's size from the next
+/// session on, and the profiler guest, loaded when a trace needs it.
+pub fn configure(section: &ProfilerSection) {
+    set_capacity(usize::try_from(section.max_events).unwrap_or(usize::MAX));
+    *GUEST.lock() = match &section.guest {
+        Some(guest) => GuestSetting::Named(guest.clone()),
+        None => GuestSetting::None,
+    };
+}
+
+/// Sets the profiler guest directly (`None`: the host's own lines): for
+/// tests and tools.
+pub fn set_guest(program: Option<Arc<ProfilerProgram>>) {
+    *GUEST.lock() = match program {
+        Some(program) => GuestSetting::Loaded(program),
+        None => GuestSetting::None,
+    };
+}
+
+/// The profiler guest to ask, loading it on first use; or why there is none.
+fn profiler_guest() -> Result<Option<Arc<ProfilerProgram>>, String> {
+    let mut setting = GUEST.lock();
+    let loaded = match &*setting {
+        GuestSetting::None => return Ok(None),
+        GuestSetting::Loaded(program) => return Ok(Some(program.clone())),
+        GuestSetting::Broken(reason) => return Err(reason.clone()),
+        GuestSetting::Named(section) => ProfilerProgram::load_cached(section),
+    };
+    match loaded {
+        Ok(program) => {
+            *setting = GuestSetting::Loaded(program.clone());
+            Ok(Some(program))
+        }
+        Err(error) => {
+            tracing::error!("{error}; traces show the host's own lines");
+            *setting = GuestSetting::Broken(error.to_string());
+            Err(error.to_string())
+        }
+    }
+}
+
+/// What a trace needs to know of a device.
+#[derive(Debug, Clone)]
+pub struct DeviceLabel {
+    pub ordinal: u32,
+    /// `/device:WASM:0`.
+    pub name: String,
+    /// The device guest's label.
+    pub guest: String,
+    pub replacements: u32,
+    pub memory_bytes: u64,
+}
+
+impl DeviceLabel {
+    pub fn of(device: &Device) -> DeviceLabel {
+        DeviceLabel {
+            ordinal: device.ordinal(),
+            name: device.name().to_owned(),
+            guest: device.guest().to_owned(),
+            replacements: device.replacements(),
+            memory_bytes: device.arena().len(),
+        }
+    }
 }
 
 /// Sets how many records a session keeps (at least one), from the next
@@ -116,6 +198,8 @@ pub enum Event {
     GuestCall { call: Box<str> },
     /// A guest fault and what the device did about it.
     Fault { guest: Box<str>, reason: Box<str>, outcome: Box<str> },
+    /// An instant event (start = end) or a span a device guest added.
+    Annotation { name: Box<str>, stats: Vec<(String, xspace::Value)> },
 }
 
 /// Keeps `record` if a session runs.
@@ -229,7 +313,19 @@ fn prepare_locked(session: &mut Session, devices: &[Arc<Device>]) -> Result<usiz
             Capture { start_ns: now, stop_ns: now, capacity: CAPACITY.load(Ordering::Relaxed), ..Capture::default() }
         }
     };
-    let bytes = xspace::encode(&xspace::build(&capture, devices));
+    let labels: Vec<DeviceLabel> = devices.iter().map(|device| DeviceLabel::of(device)).collect();
+    let (shape, status) = match profiler_guest() {
+        Ok(None) => (None, "none: the host's own lines".to_owned()),
+        Ok(Some(program)) => match program.shape(&capture, &labels) {
+            Ok(shape) => (Some(shape), format!("{}: shaped the trace", program.label())),
+            Err(error) => {
+                tracing::warn!("{error}; the trace shows the host's own lines");
+                (None, format!("{error}; the trace shows the host's own lines"))
+            }
+        },
+        Err(reason) => (None, format!("{reason}; the trace shows the host's own lines")),
+    };
+    let bytes = xspace::encode(&xspace::build(&capture, &labels, shape.as_ref(), &status));
     let len = bytes.len();
     session.pending = Some(bytes);
     Ok(len)

@@ -154,6 +154,8 @@ pub struct GuestState {
     wasi: WasiCtx,
     table: ResourceTable,
     limits: GuestLimits,
+    /// A device guest's open annotation spans, and its device.
+    pub(crate) annotations: crate::profiler::annotations::Annotations,
 }
 
 /// wasmtime's `StoreLimits`, plus a record of the growth it refused, so a
@@ -283,6 +285,9 @@ impl GuestProgram {
             .map_err(|e| Error::Internal(format!("cannot link WASI: {e:#}")))?;
         Device::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
             .map_err(|e| Error::Internal(format!("cannot link the host interface: {e:#}")))?;
+        // World `annotated-device`: guests that annotate their trace import it.
+        crate::profiler::annotations::AnnotatorWorld::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+            .map_err(|e| Error::Internal(format!("cannot link the annotations interface: {e:#}")))?;
         let instance_pre = linker
             .instantiate_pre(&component)
             .map_err(|e| load_err(format!("its imports do not match what tfwasm provides: {e:#}")))?;
@@ -346,6 +351,12 @@ impl GuestInstance {
     /// The fault that retired this instance, if any.
     pub fn fault(&self) -> Option<&Error> {
         self.fault.as_ref()
+    }
+
+    /// Makes the annotations this instance adds (world `annotated-device`)
+    /// part of device `ordinal`'s trace.
+    pub fn annotate_for(&mut self, ordinal: u32) {
+        self.store.data_mut().annotations.device = Some(ordinal);
     }
 
     /// Marks the instance as no longer trustworthy (the host found its answer invalid).
@@ -425,7 +436,7 @@ pub(crate) fn new_store(
     };
     let mut table = ResourceTable::new();
     table.set_max_capacity(MAX_GUEST_RESOURCES);
-    let state = GuestState { guest: label.clone(), wasi: wasi.build(), table, limits };
+    let state = GuestState { guest: label.clone(), wasi: wasi.build(), table, limits, annotations: Default::default() };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limits);
     store.epoch_deadline_trap();
@@ -673,7 +684,7 @@ fn package_of(name: &str) -> (&str, Option<&str>) {
 /// capability. Sockets, and anything tfwasm does not provide, never.
 pub fn refused_import(name: &str, capabilities: &Capabilities) -> Option<&'static str> {
     match package_of(name).0 {
-        "tfwasm:device" | "tfwasm:optimizer" | "wasi:io" | "wasi:cli" => None,
+        "tfwasm:device" | "tfwasm:optimizer" | "tfwasm:profiler" | "wasi:io" | "wasi:cli" => None,
         "wasi:filesystem" if !capabilities.preopens.is_empty() => None,
         "wasi:filesystem" => Some("files: the policy preopens no directory (capabilities.preopens)"),
         "wasi:clocks" if capabilities.clocks => None,

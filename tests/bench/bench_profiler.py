@@ -1,0 +1,140 @@
+"""What profiling costs: the Keras MLP train step with a profiling session
+running ÷ without, on the plugin device and, in the same run, on
+TensorFlow's CPU device (a policy with ``[device] count = 0``), whose ratio
+is TensorFlow's own profiler's cost; then the collect time and the trace's
+size for a 10-step profile of the small CNN.
+
+    python tests/bench/bench_profiler.py [--rounds 4] [--steps 60]
+
+Each sample is a fresh process (bench_keras.py's models, ``jit_compile=
+False``); the four kinds (WASM off, WASM on, CPU off, CPU on) run in an
+order that rotates from round to round. "On" starts
+``tf.profiler.experimental.start`` after the warm-up fit and stops it after
+the timed one, so every timed step runs inside the session. Nothing here
+asserts a time: this is a measurement, not a test.
+
+As a worker (``--worker``) it prints ``STEP_SECONDS``, and with a profile
+``COLLECT_SECONDS`` (the time of ``stop()``: collecting every plane and
+writing the file) and ``TRACE_BYTES`` (the ``.xplane.pb``'s size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "python"))
+sys.path.insert(0, str(HERE))
+
+
+def worker(model: str, steps: int, profile: bool) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from bench_keras import build
+
+    keras.utils.set_random_seed(7)
+    net, shape, batch = build(model)
+    rng = np.random.default_rng(7)
+    x = rng.random((batch * steps, *shape)).astype(np.float32)
+    y = rng.integers(0, 10, size=batch * steps).astype(np.int64)
+    ends = []
+
+    class Clock(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            ends.append(time.perf_counter())
+
+    net.fit(x[: batch * 5], y[: batch * 5], batch_size=batch, epochs=1, verbose=0)  # trace and warm up
+    ends.clear()
+    with tempfile.TemporaryDirectory() as logdir:
+        if profile:
+            tf.profiler.experimental.start(logdir)
+        net.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[Clock()])
+        if profile:
+            started = time.perf_counter()
+            tf.profiler.experimental.stop()
+            print(f"COLLECT_SECONDS {time.perf_counter() - started:.6f}")
+            files = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+            print(f"TRACE_BYTES {os.path.getsize(files[0]) if files else 0}")
+    steps_s = [b - a for a, b in zip(ends, ends[1:])]
+    print(f"STEP_SECONDS {statistics.median(steps_s):.9f}")
+    print(f"WEIGHTS_ON {net.trainable_variables[0].value.device}")
+    return 0
+
+
+def run_worker(model: str, steps: int, profile: bool, policy: Path | None) -> dict[str, str]:
+    from tfwasm_support import subprocess_env
+
+    env = subprocess_env(policy_path=policy)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    command = [sys.executable, __file__, "--worker", "--model", model, "--steps", str(steps)]
+    if profile:
+        command.append("--profile")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, errors="replace", timeout=1800)
+    keys = ("STEP_SECONDS ", "WEIGHTS_ON ", "COLLECT_SECONDS ", "TRACE_BYTES ")
+    values = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(keys))
+    if done.returncode != 0 or "STEP_SECONDS" not in values:
+        sys.exit(f"bench_profiler: the {model} worker failed:\n{done.stderr[-3000:]}")
+    return values
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker", action="store_true")
+    parser.add_argument("--model", default="mlp")
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args.model, args.steps, args.profile)
+
+    from tfwasm_support import make_policy, plugin_missing_reason, reference_guest_path, toml_dumps
+
+    reason = plugin_missing_reason()
+    if reason:
+        sys.exit(reason)
+    with tempfile.TemporaryDirectory() as tmp:
+        no_device = Path(tmp) / "no-device.toml"
+        no_device.write_text(toml_dumps(make_policy(reference_guest_path(), count=0)), encoding="utf-8")
+        kinds = [("WASM", False, None), ("WASM", True, None), ("CPU", False, no_device), ("CPU", True, no_device)]
+        samples: dict[tuple[str, bool], list[float]] = {(device, on): [] for device, on, _ in kinds}
+        placed = {}
+        for index in range(args.rounds):
+            shift = index % len(kinds)
+            for device, on, policy in kinds[shift:] + kinds[:shift]:
+                values = run_worker("mlp", args.steps, on, policy)
+                samples[(device, on)].append(float(values["STEP_SECONDS"]))
+                placed[device] = values.get("WEIGHTS_ON", "?")
+        print("Keras MLP 784-512-256-10, batch 128: train-step time, profiling on / off")
+        for device in ("WASM", "CPU"):
+            off, on = (statistics.median(samples[(device, flag)]) for flag in (False, True))
+            where = placed[device].rsplit("/", 1)[-1]
+            print(f"    {device:<5} off {off * 1e3:7.2f} ms  on {on * 1e3:7.2f} ms  on / off = {on / off:.3f}  (weights on {where})")
+        wasm = statistics.median(samples[("WASM", True)]) / statistics.median(samples[("WASM", False)])
+        cpu = statistics.median(samples[("CPU", True)]) / statistics.median(samples[("CPU", False)])
+        print(f"    (WASM on / off) / (CPU on / off) = {wasm / cpu:.3f}  (the plugin's share of the cost)\n")
+
+        collects, sizes = [], []
+        for _ in range(max(2, args.rounds // 2)):
+            values = run_worker("cnn", 10, True, None)
+            collects.append(float(values["COLLECT_SECONDS"]))
+            sizes.append(int(values["TRACE_BYTES"]))
+        print("Keras small CNN, batch 64, a 10-step profile on WASM")
+        print(f"    collect (tf.profiler.experimental.stop) {statistics.median(collects) * 1e3:.1f} ms, "
+              f"trace {statistics.median(sizes) / 1024:.0f} KiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
