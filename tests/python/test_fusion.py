@@ -14,10 +14,11 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from test_training import SCRIPT, TIMEOUT, env_with_package
-from tfwasm_support import run_cases
+from test_training import LOSS_RTOL, SCRIPT, TIMEOUT, env_with_package
+from tfwasm_support import make_policy, reference_guest_path, run_cases
 
 FUSED = "elementwise nodes fused:"
 UPDATED = "as an AssignVariableOp of"
@@ -273,3 +274,44 @@ def test_variable_updates_fuse_into_assignments_with_the_same_bits(run_tf):
         assert not {"AssignAddVariableOp", "AssignSubVariableOp"} & set(case["ran"]), f"case {i}: ran {case['ran']}"
         # Turned off, TensorFlow's own updates run.
         assert {"AssignAddVariableOp", "AssignSubVariableOp"} <= set(unfused[i]["ran"]), unfused_run.describe()
+
+
+# A Keras LSTM's train step. Its gradient loop computes, on every step, each
+# gate's gradient as a SigmoidGrad or TanhGrad of a product (`dc·g`, `dh·o`,
+# ...), and the cell's TanhGrad is summed with the carried `dc`.
+LSTM_STEP = """
+import json
+import keras
+from tensorflow.python.eager import context
+keras.utils.set_random_seed(3)
+rng = np.random.default_rng(3)
+x = rng.standard_normal((48, 7, 5)).astype(np.float32)
+y = rng.integers(0, 4, size=48)
+net = keras.Sequential([keras.Input((7, 5)), keras.layers.LSTM(12), keras.layers.Dense(4)])
+net.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+context.context().enable_run_metadata()
+losses = net.fit(x, y, batch_size=16, epochs=3, verbose=0, shuffle=False).history["loss"]
+graphs = context.context().export_run_metadata().function_graphs
+context.context().disable_run_metadata()
+exprs = [n.attr["expr"].s.decode() for g in graphs for n in g.post_optimization_graph.node
+         if n.op == "_TfwasmFusedElementwise"]
+result("cases", json.dumps({"losses": losses, "exprs": exprs, "device": net.weights[0].value.device}))
+"""
+
+
+def test_lstm_gate_gradients_fuse_with_the_same_bits(run_tf):
+    """The LSTM's gate gradients fuse with the products they read
+    (`SigmoidGrad(i, dc·g)`), and training gives the same losses, to the
+    bit, with fusion on and off, and the CPU device's within the training
+    tolerance."""
+    fused, fused_run = run_cases(run_tf, LSTM_STEP, {"TFWASM_PASSES": "1"})
+    unfused, _ = run_cases(run_tf, LSTM_STEP, {"TFWASM_PASSES": "0"})
+    done = run_tf(LSTM_STEP, policy=make_policy(reference_guest_path(), count=0))
+    assert done.returncode == 0, done.describe()
+    cpu = json.loads(done.results()["cases"])
+    assert fused["device"].endswith("WASM:0") and cpu["device"].endswith("CPU:0")
+    for grad in ["SigmoidGrad", "TanhGrad"]:
+        assert any(expr.endswith(f"Mul {grad}") for expr in fused["exprs"]), fused_run.describe()
+    assert not any("Grad" in expr for expr in unfused["exprs"])
+    assert fused["losses"] == unfused["losses"]
+    np.testing.assert_allclose(fused["losses"], cpu["losses"], rtol=LOSS_RTOL)

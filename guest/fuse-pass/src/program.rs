@@ -38,8 +38,9 @@ const fn binary(op: &'static str, token: &'static str) -> FusableOp {
 }
 
 /// Every op the fused kernel accepts: its elementwise float32 ops whose
-/// kernels have no attribute besides `T`, and `BiasAdd` (NHWC only: the
-/// fusion checks `data_format`).
+/// kernels have no attribute besides `T`, `BiasAdd` (NHWC only: the
+/// fusion checks `data_format`), and `TanhGrad`/`SigmoidGrad` (operands of
+/// one shape: the kernel checks).
 pub const FUSABLE: &[FusableOp] = &[
     unary("Neg", "Neg"),
     unary("Abs", "Abs"),
@@ -79,6 +80,8 @@ pub const FUSABLE: &[FusableOp] = &[
     binary("Pow", "Pow"),
     binary("SquaredDifference", "SquaredDifference"),
     binary("BiasAdd", "BiasAdd"),
+    binary("TanhGrad", "TanhGrad"),
+    binary("SigmoidGrad", "SigmoidGrad"),
 ];
 
 /// The fusable op named `op`, if the kernel computes it.

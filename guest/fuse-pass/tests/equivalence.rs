@@ -464,16 +464,16 @@ fn generated_graphs_rewrite_alike() {
 
 // ------------------------------------------------------------- the op's contract
 
-/// Op names in the kernel's `UNARY` and `BINARY` tables, read from its
-/// source: the names `step_for_op` accepts besides `BiasAdd`.
+/// Op names in the kernel's `UNARY`, `BINARY` and `GRAD` tables, read from
+/// its source (every `("Name", UnaryOp::…` entry, however many a line
+/// holds): the names `step_for_op` accepts besides `BiasAdd`.
 fn kernel_table_names() -> BTreeSet<String> {
     let source = include_str!("../../../host/kernels/src/fused.rs");
     let mut names = BTreeSet::new();
-    for line in source.lines().map(str::trim) {
-        for kind in ["UnaryOp::", "BinaryOp::"] {
-            if let Some(rest) = line.strip_prefix("(\"").filter(|rest| rest.contains(&format!("\", {kind}"))) {
-                names.insert(rest[..rest.find('"').unwrap()].to_owned());
-            }
+    for entry in source.split("(\"").skip(1) {
+        let Some((name, rest)) = entry.split_once('"') else { continue };
+        if ["UnaryOp::", "BinaryOp::", "GradOp::"].iter().any(|kind| rest.starts_with(&format!(", {kind}"))) {
+            names.insert(name.to_owned());
         }
     }
     names
@@ -498,7 +498,7 @@ fn fusable_ops_match_the_kernel() {
         let (Some(ours), Some(step)) = (ours, theirs) else { continue };
         let (arity, steps) = match step {
             Step::Unary(_) => (1, vec![Step::Input(0), step]),
-            Step::Binary(_) | Step::BiasAdd => (2, vec![Step::Input(0), Step::Input(1), step]),
+            Step::Binary(_) | Step::BiasAdd | Step::Grad(_) => (2, vec![Step::Input(0), Step::Input(1), step]),
             Step::Input(_) => unreachable!("step_for_op never returns an input"),
         };
         assert_eq!(ours.arity, arity, "{name}");

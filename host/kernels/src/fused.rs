@@ -31,7 +31,7 @@ use smallvec::SmallVec;
 
 use super::binary::{fill_chunked, BinaryOp};
 use super::shape::{broadcast_shape, element_count, Dims, ShapeDisplay};
-use super::unary::UnaryOp;
+use super::unary::{GradOp, UnaryOp};
 use super::{types, Attrs, Kernel, KernelDef, OpContext};
 use crate::error::Error;
 
@@ -68,6 +68,10 @@ pub enum Step {
     /// `BiasAdd` in NHWC layout: `x + bias` along the last dimension, with
     /// its own shape rules (checked by [`Program::output_shape`]).
     BiasAdd,
+    /// `TanhGrad(y, dy)` or `SigmoidGrad(y, dy)`: operands of one shape.
+    /// Recurrent layers' gradients chain them with products
+    /// (`SigmoidGrad(i, dc·g)`) on every step of their loop.
+    Grad(GradOp),
 }
 
 impl Step {
@@ -78,6 +82,7 @@ impl Step {
             Step::Unary(op) => UNARY.iter().find(|(_, u)| *u == op).map_or("?", |(name, _)| name).to_owned(),
             Step::Binary(op) => op.op_name().to_owned(),
             Step::BiasAdd => "BiasAdd".to_owned(),
+            Step::Grad(op) => GRAD.iter().find(|(_, g)| *g == op).map_or("?", |(name, _)| name).to_owned(),
         }
     }
 
@@ -86,7 +91,7 @@ impl Step {
         match self {
             Step::Binary(op) => op,
             Step::BiasAdd => BinaryOp::Add,
-            Step::Input(_) | Step::Unary(_) => unreachable!("not a two-operand step"),
+            Step::Input(_) | Step::Unary(_) | Step::Grad(_) => unreachable!("not a broadcasting two-operand step"),
         }
     }
 }
@@ -136,6 +141,11 @@ const BINARY: &[(&str, BinaryOp)] = &[
     ("SquaredDifference", BinaryOp::SquaredDifference),
 ];
 
+/// The gradients of two float32 inputs of one shape (`y`, `dy`) a program
+/// may contain, computed by the unfused kernels' own element functions
+/// ([`GradOp::run`]).
+const GRAD: &[(&str, GradOp)] = &[("TanhGrad", GradOp::Tanh), ("SigmoidGrad", GradOp::Sigmoid)];
+
 /// The step a float32 node of TensorFlow op `op` becomes in a program, if
 /// the op can be fused. `Input` is never returned.
 pub fn step_for_op(op: &str) -> Option<Step> {
@@ -147,6 +157,7 @@ pub fn step_for_op(op: &str) -> Option<Step> {
         .find(|(name, _)| *name == op)
         .map(|&(_, op)| Step::Unary(op))
         .or_else(|| BINARY.iter().find(|(name, _)| *name == op).map(|&(_, op)| Step::Binary(op)))
+        .or_else(|| GRAD.iter().find(|(name, _)| *name == op).map(|&(_, op)| Step::Grad(op)))
 }
 
 /// A validated postfix program over `inputs` inputs.
@@ -172,7 +183,7 @@ impl Program {
                 Step::Unary(_) => (1, 1),
                 Step::Binary(op) if op.apply_f32(&[0.0], 0, &[0.0], 0, &mut [0.0]) => (2, 1),
                 Step::Binary(op) => return Err(format!("step {i}: {} is not float32 arithmetic", op.op_name())),
-                Step::BiasAdd => (2, 1),
+                Step::BiasAdd | Step::Grad(_) => (2, 1),
             };
             depth = depth.checked_sub(pops).ok_or_else(|| format!("step {i} pops an empty stack"))? + pushes;
             if depth > MAX_DEPTH {
@@ -219,11 +230,25 @@ impl Program {
             let shape = match *step {
                 Step::Input(k) => Dims::from_slice(shapes[k]),
                 Step::Unary(_) => stack.pop().expect("validated program"),
-                Step::Binary(_) | Step::BiasAdd => {
+                Step::Binary(_) | Step::BiasAdd | Step::Grad(_) => {
                     let (b, a) = (stack.pop().expect("validated program"), stack.pop().expect("validated program"));
                     let fail =
                         |what: String| Error::InvalidArgument(format!("{OP} (step {i}, {}): {what}", step.name()));
-                    if let Step::BiasAdd = step {
+                    if let Step::Grad(_) = step {
+                        // The unfused kernel takes any two inputs of one
+                        // element count (and `y`'s shape); a gradient
+                        // pass only ever pairs a value with its own
+                        // gradient, of its shape, and broadcasting
+                        // between other shapes would be wrong.
+                        if a != b {
+                            return Err(fail(format!(
+                                "y and dy must have the same shape: {} vs. {}",
+                                ShapeDisplay(&a),
+                                ShapeDisplay(&b)
+                            )));
+                        }
+                        a
+                    } else if let Step::BiasAdd = step {
                         if a.len() < 2 {
                             return Err(fail(format!("Input tensor must be at least 2D: {}", ShapeDisplay(&a))));
                         }
@@ -282,8 +307,8 @@ impl Program {
                         (at, None)
                     }
                 },
-                Step::Binary(_) | Step::BiasAdd => match (pop(&mut stack), pop(&mut stack)) {
-                    ((_, Some(y)), (at, Some(x))) => (at, Some(binary_scalar(step.binary_op(), x, y))),
+                Step::Binary(_) | Step::BiasAdd | Step::Grad(_) => match (pop(&mut stack), pop(&mut stack)) {
+                    ((_, Some(y)), (at, Some(x))) => (at, Some(two_operand_scalar(step, x, y))),
                     (_, (at, _)) => {
                         folded.push(Folded::Op(step));
                         (at, None)
@@ -352,6 +377,31 @@ fn binary_scalar(op: BinaryOp, x: f32, y: f32) -> f32 {
     z[0]
 }
 
+/// A two-operand step on one pair of elements, as its kernel computes it.
+fn two_operand_scalar(step: Step, x: f32, y: f32) -> f32 {
+    match step {
+        Step::Grad(op) => {
+            let mut z = [0.0];
+            op.run(&[x], &[y], &mut z);
+            z[0]
+        }
+        _ => binary_scalar(step.binary_op(), x, y),
+    }
+}
+
+/// `op` over a span whose operands have an element each per output element
+/// (step 1) or one repeated (step 0): the kernel's own element function.
+fn grad_span(op: GradOp, (x, x_step): (&[f32], usize), (y, y_step): (&[f32], usize), dest: &mut [f32]) {
+    if x_step == 1 && y_step == 1 {
+        return op.run(&x[..dest.len()], &y[..dest.len()], dest);
+    }
+    // A repeated operand. `y` and `dy` have one shape, so one of them is a
+    // single element only if both are, and then `Program::fold` computed the
+    // step already; kept for safety: spell the repeat out.
+    let spread = |v: &[f32], step: usize| -> Vec<f32> { (0..dest.len()).map(|i| v[i * step]).collect() };
+    op.run(&spread(x, x_step), &spread(y, y_step), dest);
+}
+
 /// A step as one execution runs it ([`Program::fold`]).
 #[derive(Debug, Clone, Copy)]
 enum Folded {
@@ -359,7 +409,7 @@ enum Folded {
     Input(usize),
     /// Push a value shared by every element.
     Uniform(f32),
-    /// A `Unary`, `Binary` or `BiasAdd` step with at least one operand that
+    /// A `Unary`, `Binary`, `BiasAdd` or `Grad` step with at least one operand that
     /// has a value per element.
     Op(Step),
 }
@@ -382,7 +432,12 @@ fn eval<'a>(steps: &[Folded], operand: impl Fn(usize) -> &'a [f32], scratch: &mu
                 let (y, x) = (pop(&mut stack), pop(&mut stack));
                 scratch.write(i == last, out, &[x, y], |buffers, dest| {
                     let ((x, x_step), (y, y_step)) = (view(buffers, &x, len), view(buffers, &y, len));
-                    step.binary_op().apply_f32(x, x_step, y, y_step, dest);
+                    match step {
+                        Step::Grad(op) => grad_span(op, (x, x_step), (y, y_step), dest),
+                        _ => {
+                            step.binary_op().apply_f32(x, x_step, y, y_step, dest);
+                        }
+                    }
                 })
             }
         };
@@ -734,6 +789,13 @@ mod tests {
                     op.run(&x, &mut y);
                     (shape, y)
                 }
+                Step::Grad(op) => {
+                    let (_, dy) = stack.pop().unwrap();
+                    let (shape, y) = stack.pop().unwrap();
+                    let mut out = vec![0.0; y.len()];
+                    op.run(&y, &dy, &mut out);
+                    (shape, out)
+                }
                 Step::Binary(_) | Step::BiasAdd => {
                     let (b_shape, b) = stack.pop().unwrap();
                     let (a_shape, a) = stack.pop().unwrap();
@@ -809,6 +871,26 @@ mod tests {
         // A program that is only an input (a copy), or only scalars.
         check("$0", &[&[6]]);
         check("$0 $1 Mul Exp", &[&[], &[1, 1]]);
+        // An LSTM step's gate gradients: SigmoidGrad(i, dc·g), TanhGrad(g,
+        // dc·i), and the cell's TanhGrad(tanh c, dh·o) summed with dc; large
+        // enough for the pool, and of single elements (folded).
+        for shape in [&[64usize, 64][..], &[1031], &[301, 257], &[1, 1]] {
+            check("$0 $1 $2 Mul SigmoidGrad", &[shape, shape, shape]);
+            check("$0 $1 $2 Mul TanhGrad $3 AddV2", &[shape, shape, shape, shape]);
+        }
+        check("$0 $1 TanhGrad $2 Mul", &[&[1, 1], &[1, 1], &[5, 3]]);
+    }
+
+    #[test]
+    fn gradients_need_operands_of_one_shape() {
+        for (y, dy) in [(vec![4, 3], vec![3, 4]), (vec![12], vec![4, 3]), (vec![4, 3], vec![3])] {
+            let inputs = [(y.clone(), vec![0.5; y.iter().product()]), (dy.clone(), vec![1.0; dy.iter().product()])];
+            for op in ["TanhGrad", "SigmoidGrad"] {
+                let expr = if op == "TanhGrad" { "$0 $1 TanhGrad" } else { "$0 $1 SigmoidGrad" };
+                let error = fused(expr, &inputs).unwrap_err().to_string();
+                assert!(error.contains(op) && error.contains("same shape"), "{error}");
+            }
+        }
     }
 
     /// Keras' Adam update of a variable as the graph pass fuses it:

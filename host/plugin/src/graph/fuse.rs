@@ -162,7 +162,7 @@ fn read_node<'g>(node: &'g [u8], device_type: &str) -> Result<Node<'g>, GraphErr
     let step = std::str::from_utf8(fields.op).ok().and_then(fused::step_for_op).filter(|step| {
         let arity = match step {
             Step::Unary(_) => 1,
-            Step::Binary(_) | Step::BiasAdd => 2,
+            Step::Binary(_) | Step::BiasAdd | Step::Grad(_) => 2,
             Step::Input(_) => return false,
         };
         float && !other_attr && fields.data_inputs().count() == arity && placed_on(fields.device, device_type)
