@@ -123,7 +123,7 @@ def main() -> int:
             print(f"    {device:<5} off {off * 1e3:7.2f} ms  on {on * 1e3:7.2f} ms  on / off = {on / off:.3f}  (weights on {where})")
         wasm = statistics.median(samples[("WASM", True)]) / statistics.median(samples[("WASM", False)])
         cpu = statistics.median(samples[("CPU", True)]) / statistics.median(samples[("CPU", False)])
-        print(f"    (WASM on / off) / (CPU on / off) = {wasm / cpu:.3f}  (the plugin's share of the cost)\n")
+        print(f"    WASM (on / off) / CPU (on / off) = {wasm / cpu:.3f}\n")
 
         collects, sizes = [], []
         for _ in range(max(2, args.rounds // 2)):
