@@ -31,7 +31,7 @@ use super::catalog::{KernelTable, DEVICE_DEFAULT_OPS};
 use super::validate::{check_answer, Expectations, OpCatalog};
 use crate::error::Error;
 use crate::policy::PassSection;
-use crate::sandbox::{cache, engine, guarded, guest_text, monotonic_ns, new_store, GuestSource, GuestState, World};
+use crate::sandbox::{engine, guarded, guest_text, monotonic_ns, new_store, Compiled, GuestSource, GuestState, World};
 
 wasmtime::component::bindgen!({
     path: "../../wit/optimizer",
@@ -122,9 +122,7 @@ impl PassProgram {
             capabilities: &section.capabilities,
             world: &PASS_WORLD,
         };
-        let (component, cached, exports) = source.compile(cache_dir)?;
-        let bytes = std::fs::read(&section.path).map_err(|e| load_err(format!("cannot read: {e}")))?;
-        let sha256 = cache::sha256_hex(&bytes);
+        let Compiled { component, cached, exports, sha256 } = source.compile(cache_dir)?;
         let engine = engine()?;
         let mut linker = Linker::<GuestState>::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)

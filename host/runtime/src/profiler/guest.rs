@@ -17,7 +17,7 @@ use super::xspace::{Shape, ShapedEvent, ShapedLine, ShapedPlane, Value};
 use super::{Capture, DeviceLabel, Event, Record};
 use crate::error::Error;
 use crate::policy::ProfilerGuestSection;
-use crate::sandbox::{cache, engine, guarded, guest_text, new_store, GuestSource, GuestState, World};
+use crate::sandbox::{cache, engine, guarded, guest_text, new_store, Compiled, GuestSource, GuestState, World};
 
 wasmtime::component::bindgen!({
     path: "../../wit/profiler",
@@ -94,7 +94,7 @@ impl ProfilerProgram {
             capabilities: &Default::default(),
             world: &PROFILER_WORLD,
         };
-        let (component, cached, exports) = source.compile(cache_dir)?;
+        let Compiled { component, cached, exports, .. } = source.compile(cache_dir)?;
         let mut linker = Linker::<GuestState>::new(engine()?);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| Error::Internal(format!("cannot link WASI: {e:#}")))?;

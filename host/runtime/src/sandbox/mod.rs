@@ -290,7 +290,7 @@ impl GuestProgram {
             capabilities: &policy.capabilities,
             world: &DEVICE_WORLD,
         };
-        let (component, cached, exports) = source.compile(cache_dir)?;
+        let Compiled { component, cached, exports, .. } = source.compile(cache_dir)?;
         let mut linker = Linker::<GuestState>::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| Error::Internal(format!("cannot link WASI: {e:#}")))?;
@@ -568,18 +568,29 @@ pub(crate) struct GuestSource<'a> {
     pub world: &'a World,
 }
 
+/// What [`GuestSource::compile`] made of a file.
+pub(crate) struct Compiled {
+    pub component: Component,
+    /// Whether it came from the compile cache.
+    pub cached: bool,
+    pub exports: Vec<String>,
+    /// The file's SHA-256, hex.
+    pub sha256: String,
+}
+
 impl GuestSource<'_> {
-    /// The component, whether it came from the cache, and its export names.
-    pub(crate) fn compile(&self, cache_dir: Option<&std::path::Path>) -> Result<(Component, bool, Vec<String>), Error> {
+    /// The component, whether it came from the cache, its export names and
+    /// the file's digest.
+    pub(crate) fn compile(&self, cache_dir: Option<&std::path::Path>) -> Result<Compiled, Error> {
         let load_err = |reason: String| Error::GuestLoad { guest: self.label.to_owned(), reason };
         let engine = engine()?;
         let bytes =
             std::fs::read(self.path).map_err(|e| load_err(format!("cannot read {}: {e}", self.path.display())))?;
+        let sha256 = cache::sha256_hex(&bytes);
         if let Some(pinned) = self.sha256 {
-            let actual = cache::sha256_hex(&bytes);
-            if !actual.eq_ignore_ascii_case(pinned) {
+            if !sha256.eq_ignore_ascii_case(pinned) {
                 return Err(load_err(format!(
-                    "{} is not the guest the policy pins: sha256 = {pinned}, the file's SHA-256 is {actual}",
+                    "{} is not the guest the policy pins: sha256 = {pinned}, the file's SHA-256 is {sha256}",
                     self.path.display()
                 )));
             }
@@ -609,7 +620,7 @@ impl GuestSource<'_> {
         if let Some(reason) = refused_imports(&imports, self.capabilities) {
             return Err(load_err(reason));
         }
-        Ok((component, cached, exports))
+        Ok(Compiled { component, cached, exports, sha256 })
     }
 }
 
