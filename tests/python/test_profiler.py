@@ -10,6 +10,7 @@ are made here.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -325,3 +326,95 @@ result("summary", json.dumps(summary(xplane_files({str(logdir)!r})[0])))
     assert done.returncode == 0, done.describe()
     summary = json.loads(done.results()["summary"])
     assert summary["lines"].get("Annotations", {}).get("allocator", 0) >= 2, summary["lines"].keys()
+
+
+# The program the coverage tool runs: a tf.function of its own op types,
+# called CALLS times, then eager ops of other types on odd shapes (0-size,
+# 1×1, primes, broadcasting), all inside one profiling session that covers
+# everything the program runs. It writes the kernel events per op type.
+COUNTED_PROGRAM = r"""
+import collections, glob, json, os, sys
+import numpy as np
+import tensorflow as tf
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+logdir, out, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rng = np.random.default_rng(0)
+
+
+@tf.function
+def step(a, b, bias, empty):
+    h = tf.tanh(tf.nn.bias_add(tf.matmul(a, b), bias))
+    return tf.reduce_sum(h * bias, axis=1), tf.sigmoid(empty)
+
+
+tf.profiler.experimental.start(logdir)
+with tf.device("/device:WASM:0"):
+    a = tf.identity(tf.constant(rng.standard_normal((7, 13)).astype("float32")))
+    b = tf.identity(tf.constant(rng.standard_normal((13, 5)).astype("float32")))
+    c = tf.identity(tf.constant(rng.standard_normal((1, 5)).astype("float32")))
+    bias = tf.identity(tf.constant(rng.standard_normal((5,)).astype("float32")))
+    empty = tf.zeros((0, 5))
+    for _ in range(calls):
+        s, r = step(a, b, bias, empty)
+    x = tf.nn.relu(a[:, :5] - c)
+    y = tf.exp(empty) + c
+    z = tf.reduce_max(tf.square(a[:1, :1]))
+    w = tf.concat([x, y], axis=0)
+    m = tf.reduce_mean(w, axis=0)
+    for v in (s, r, x, y, z, w, m):
+        v.numpy()
+tf.profiler.experimental.stop()
+
+space = xplane_pb2.XSpace()
+with open(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)[0], "rb") as f:
+    space.ParseFromString(f.read())
+plane = next(p for p in space.planes if p.name == "/device:CUSTOM:0")
+op_type = next(k for k, v in plane.stat_metadata.items() if v.name == "op_type")
+events = collections.Counter(
+    s.str_value for line in plane.lines if line.name.startswith("Kernels") for e in line.events for s in e.stats if s.metadata_id == op_type
+)
+with open(out, "w") as f:
+    json.dump({"events": events, "dropped": next(s.uint64_value for s in plane.stats if plane.stat_metadata[s.metadata_id].name == "dropped_events")}, f)
+"""
+COUNTED_FUNCTION_OPS = {"MatMul", "BiasAdd", "Tanh", "Mul", "Sum", "Sigmoid"}
+
+
+def test_kernel_events_match_the_coverage_tools_op_count(tmp_path):
+    """One kernel event per kernel execution, counted against what
+    ``python -m tfwasm coverage`` sees: an op type the program runs eagerly
+    has an event per eager run; one it runs only in the tf.function has an
+    event per node per call. The passes are off, so the kernels that run are
+    the nodes TensorFlow placed (TensorFlow's own grappler leaves this
+    function as it is; the passes would fuse its elementwise tail)."""
+    from tfwasm_support import REPO_ROOT
+
+    calls = 3
+    program = tmp_path / "counted.py"
+    program.write_text(COUNTED_PROGRAM, encoding="utf-8")
+    env = subprocess_env({"TFWASM_PASSES": "0", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT / "host" / "python"), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "tfwasm", "coverage", "--json", str(tmp_path / "coverage.json"), "--",
+         str(program), str(tmp_path / "logs"), str(tmp_path / "events.json"), str(calls)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, errors="replace", timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    coverage = json.loads((tmp_path / "coverage.json").read_text())
+    recorded = json.loads((tmp_path / "events.json").read_text())
+    assert recorded["dropped"] == 0
+    assert coverage["fallbacks"] == [], coverage["fallbacks"]
+
+    from tfwasm.coverage import is_not_compute
+
+    def on_device(rows):
+        return {r["op"]: r["count"] for r in rows if r["device"] == "WASM:0" and not is_not_compute(r["op"])}
+
+    nodes, eager = on_device(coverage["nodes"]), on_device(coverage["eager"])
+    assert COUNTED_FUNCTION_OPS <= set(nodes), f"the function's ops are not all placed on WASM: {nodes}"
+    assert not COUNTED_FUNCTION_OPS & set(eager), f"the program runs a function op eagerly too: {eager}"
+    expected = {op: eager[op] if op in eager else calls * n for op, n in nodes.items()}
+    assert len(expected) >= 14, expected
+    assert recorded["events"] == expected, (
+        f"kernel events per op type {recorded['events']} against the coverage tool's count {expected}"
+    )
