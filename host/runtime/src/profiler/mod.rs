@@ -64,9 +64,17 @@ enum GuestSetting {
 }
 
 /// True while a profiling session runs. The hot-path check.
+#[cfg(feature = "profiler")]
 #[inline]
 pub fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed)
+}
+
+/// Built without the profiler: never, so every recording site compiles away.
+#[cfg(not(feature = "profiler"))]
+#[inline(always)]
+pub const fn active() -> bool {
+    false
 }
 
 /// Wall-clock nanoseconds since the Unix epoch.
@@ -257,6 +265,9 @@ pub fn start() -> Result<(), Error> {
 /// [`start`], keeping at most `max_events` records (at least one) in this
 /// session whatever the policy says: for tests and tools.
 pub fn start_with_capacity(max_events: usize) -> Result<(), Error> {
+    if cfg!(not(feature = "profiler")) {
+        return Err(Error::Profiler("tfwasm was built without the profiler (cargo feature `profiler`)".into()));
+    }
     let mut session = SESSION.lock();
     if let Phase::Running { .. } = session.phase {
         return Err(Error::Profiler("a profiling session is already running; stop it first".into()));
