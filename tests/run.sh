@@ -70,7 +70,7 @@ export TFWASM_TF_INCLUDE
 # so the dependencies (wasmtime above all) are reused, not rebuilt.
 # The reference pass's tests compare it with the plugin's native rewrites: release, with the host's.
 run "host tests" cargo test --release -p tfwasm -p tfwasm-runtime -p tfwasm-kernels -p tfwasm-cli -p tfwasm-fuse-pass
-run "guest unit tests" cargo test -p tfwasm-reference-device -p tfwasm-hostile-device -p tfwasm-fuzz-device -p tfwasm-contraction-pass -p tfwasm-hostile-pass \
+run "guest unit tests" cargo test -p tfwasm-reference-device -p tfwasm-hostile-device -p tfwasm-fuzz-device -p tfwasm-pass-sdk -p tfwasm-contraction-pass -p tfwasm-hostile-pass \
     -p tfwasm-reference-profiler -p tfwasm-hostile-profiler
 run "C guest unit tests" bash guest/c-device/build.sh test
 

@@ -28,7 +28,7 @@
 use tfwasm_proto::graph::{attr_value, GraphDef, NodeDef};
 
 use crate::node::{
-    attr, control_inputs, data_inputs, float_attr, int_list, placed_on, string_attr, string_list, type_attr, type_list,
+    attr, control_inputs, data_inputs, float_attr, int_list, on_device, string_attr, string_list, type_attr, type_list,
     value, Map, Source, DT_FLOAT,
 };
 
@@ -313,7 +313,7 @@ fn nhwc(node: &NodeDef) -> bool {
 fn matmul_fits(node: &NodeDef, device_type: &str) -> bool {
     attrs_fit(node, Product::MatMul.known_attrs())
         && data_inputs(node).count() == 2
-        && placed_on(&node.device, device_type)
+        && on_device(&node.device, device_type)
 }
 
 fn conv2d_fits(node: &NodeDef, device_type: &str) -> bool {
@@ -323,7 +323,7 @@ fn conv2d_fits(node: &NodeDef, device_type: &str) -> bool {
         && strides
         && string_attr(node, "padding").is_some()
         && data_inputs(node).count() == 2
-        && placed_on(&node.device, device_type)
+        && on_device(&node.device, device_type)
 }
 
 /// The head's device was checked, and [`find_chains`]'s readers share it.

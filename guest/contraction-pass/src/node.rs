@@ -3,26 +3,10 @@
 
 use tfwasm_proto::graph::{attr_value, AttrValue, DataType, NodeDef};
 
-/// Maps keyed by node name. A fixed seed: std's random one would make the
-/// guest import `wasi:random`.
-pub type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
-pub type Set<T> = std::collections::HashSet<T, foldhash::fast::FixedState>;
+pub use tfwasm_pass_sdk::{on_device, Map, Set};
 
 /// `DT_FLOAT`, as the `type` of an AttrValue.
 pub const DT_FLOAT: i32 = DataType::DtFloat as i32;
-
-/// Whether `device` (e.g. `/job:localhost/replica:0/task:0/device:WASM:0`)
-/// names a device of type `device_type`: its last `device:` component is
-/// `TYPE`, `TYPE:N` or `TYPE:*`.
-pub fn placed_on(device: &str, device_type: &str) -> bool {
-    let Some(component) = device.rsplit('/').find_map(|c| c.strip_prefix("device:")) else { return false };
-    match component.split_once(':') {
-        None => component == device_type,
-        Some((ty, id)) => {
-            ty == device_type && (id == "*" || (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())))
-        }
-    }
-}
 
 /// What one input of a node reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,18 +96,6 @@ pub fn int_list(ints: &[i64]) -> AttrValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn placement_reads_the_last_device_component() {
-        assert!(placed_on("/job:localhost/replica:0/task:0/device:WASM:0", "WASM"));
-        assert!(placed_on("/device:WASM:*", "WASM"));
-        assert!(placed_on("device:WASM", "WASM"));
-        assert!(!placed_on("/device:WASM:x", "WASM"));
-        assert!(!placed_on("/device:WASM:", "WASM"));
-        assert!(!placed_on("/device:WASMX:0", "WASM"));
-        assert!(!placed_on("/job:localhost/device:CPU:0", "WASM"));
-        assert!(!placed_on("", "WASM"));
-    }
 
     #[test]
     fn inputs_name_a_node_and_an_output_or_a_control_edge() {

@@ -1,12 +1,12 @@
 //! The pass as the host calls it: bytes and a context in, an answer out.
-//! No WIT types here (the `component` module maps them), so the whole path
+//! No WIT types here (`tfwasm-pass-sdk` maps them), so the whole path
 //! runs natively in tests.
 
 use tfwasm_proto::graph::GraphDef;
 use tfwasm_proto::prost::Message;
 
 use crate::contraction::{fuse_contractions, Product, Rules, ACTIVATIONS};
-use crate::node::{Set, DT_FLOAT};
+use crate::node::DT_FLOAT;
 
 /// `pass-info.name`.
 pub const NAME: &str = "fuse-contraction";
@@ -27,49 +27,28 @@ pub fn emits() -> Vec<&'static str> {
 /// a kernel accepts, so the pass has to know.
 pub const DEVICE_ACTIVATIONS: &[&str] = &["Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid"];
 
-/// A kernel the device has: its op and, per type attribute it constrains
-/// (`T`, `TArgs`, ...), the `DataType` numbers it accepts there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Kernel {
-    pub op: String,
-    pub types: Vec<(String, Vec<u32>)>,
-}
+pub use tfwasm_pass_sdk::{Answer, Context, Kernel, Rewrite};
 
-impl Kernel {
-    /// Whether this kernel runs a node of its op whose type attributes (or
-    /// every element of a type-list attribute) are `attrs`.
-    fn serves(&self, attrs: &[(&str, i32)]) -> bool {
-        self.types.iter().all(|(attr, dtypes)| {
-            attrs
-                .iter()
-                .filter(|(key, _)| key == attr)
-                .all(|&(_, t)| u32::try_from(t).is_ok_and(|t| dtypes.contains(&t)))
-        })
+/// The pass, as `tfwasm_pass_sdk::export_pass!` exports it.
+pub struct ContractionPass;
+
+impl tfwasm_pass_sdk::Pass for ContractionPass {
+    const NAME: &'static str = NAME;
+    const VERSION: &'static str = VERSION;
+    const SUMMARY: &'static str = SUMMARY;
+    type Plan = Plan;
+
+    fn emits() -> Vec<&'static str> {
+        emits()
     }
-}
 
-/// What the host says besides the graph (`graph-context`).
-#[derive(Debug, Clone, Default)]
-pub struct Context {
-    pub device_type: String,
-    pub preserve: Vec<String>,
-    pub fetch: Vec<String>,
-    pub kernels: Vec<Kernel>,
-    pub options: Vec<(String, String)>,
-}
+    fn plan(context: &Context) -> Result<(Plan, Vec<String>), String> {
+        Plan::new(context)
+    }
 
-/// One line of the report (`rewrite`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rewrite {
-    pub node: String,
-    pub reason: String,
-}
-
-/// The pass's answer.
-#[derive(Debug, PartialEq)]
-pub enum Answer {
-    Unchanged,
-    Rewritten { graph: Vec<u8>, report: Vec<Rewrite> },
+    fn optimize(graph: &[u8], context: &Context, plan: Plan) -> Result<Answer, String> {
+        optimize(graph, context, &plan)
+    }
 }
 
 /// What a call fuses, from the policy's options and the device's kernels.
@@ -129,7 +108,7 @@ impl Plan {
         }
         products.retain(|&product| {
             let op = product.fused_op();
-            let has = context.kernels.iter().any(|k| k.op == op && k.serves(&[("T", DT_FLOAT), ("TArgs", DT_FLOAT)]));
+            let has = context.has_kernel(op, &[("T", DT_FLOAT), ("TArgs", DT_FLOAT)]);
             if !has {
                 notes.push(format!(
                     "the {} device has no float32 kernel for {op}: {} chains are not fused",
@@ -150,7 +129,7 @@ pub fn optimize(graph: &[u8], context: &Context, plan: &Plan) -> Result<Answer, 
         return Ok(Answer::Unchanged);
     }
     let mut graph = GraphDef::decode(graph).map_err(|e| format!("the graph does not decode: {e}"))?;
-    let keep: Set<&str> = context.preserve.iter().chain(&context.fetch).map(String::as_str).collect();
+    let keep = context.kept();
     let keep = |name: &str| keep.contains(name);
     let rules = Rules {
         device_type: &context.device_type,

@@ -18,7 +18,7 @@
 
 use tfwasm_proto::graph::{attr_value, AttrValue, GraphDef, NodeDef};
 
-use crate::node::{control_inputs, data_inputs, input_source, placed_on, type_value, Map, DT_FLOAT};
+use crate::node::{control_inputs, data_inputs, input_source, on_device, type_value, Map, DT_FLOAT};
 use crate::program::{self, fusable, Step, MAX_STEPS};
 
 /// One fused node.
@@ -191,7 +191,7 @@ fn step(node: &NodeDef, device_type: &str) -> Option<Step> {
             _ => return None,
         }
     }
-    let fits = float && data_inputs(node).count() == op.arity && placed_on(&node.device, device_type);
+    let fits = float && data_inputs(node).count() == op.arity && on_device(&node.device, device_type);
     fits.then_some(Step::Op(op))
 }
 

@@ -3,31 +3,10 @@
 
 use tfwasm_proto::graph::{attr_value, AttrValue, DataType, NodeDef};
 
-/// Maps and sets keyed by node name. A fixed seed: std's random one would
-/// make the guest import `wasi:random`, and the host's deadline bounds what
-/// a graph crafted to collide could cost.
-pub type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
-pub type Set<T> = std::collections::HashSet<T, foldhash::fast::FixedState>;
+pub use tfwasm_pass_sdk::{on_device, Map, Set};
 
 /// `DT_FLOAT`, as the `type` of an AttrValue.
 pub const DT_FLOAT: i32 = DataType::DtFloat as i32;
-
-/// Whether `device` (a full or partial device string, e.g.
-/// `/job:localhost/replica:0/task:0/device:WASM:0`) names a device of type
-/// `device_type`: its last `device:` component is `TYPE`, `TYPE:N` or
-/// `TYPE:*`.
-pub fn placed_on(device: &str, device_type: &str) -> bool {
-    let Some(component) = device.split('/').rev().find_map(|c| c.strip_prefix("device:")) else { return false };
-    let (ty, id) = match component.split_once(':') {
-        Some((ty, id)) => (ty, Some(id)),
-        None => (component, None),
-    };
-    ty == device_type
-        && match id {
-            None => true,
-            Some(id) => id == "*" || (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())),
-        }
-}
 
 /// The node an input names and the output it reads (`None` for a control
 /// input): `x` is output `"0"` of `x`, `x:2` output `"2"`. The port stays
@@ -71,17 +50,6 @@ pub fn type_value(dtype: i32) -> AttrValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn placement_reads_the_last_device_component() {
-        assert!(placed_on("/job:localhost/replica:0/task:0/device:WASM:0", "WASM"));
-        assert!(placed_on("/device:WASM:*", "WASM"));
-        assert!(placed_on("device:WASM", "WASM"));
-        assert!(!placed_on("/device:WASM:x", "WASM"));
-        assert!(!placed_on("/device:WASM:", "WASM"));
-        assert!(!placed_on("/job:localhost/device:CPU:0", "WASM"));
-        assert!(!placed_on("", "WASM"));
-    }
 
     #[test]
     fn inputs_name_a_node_and_a_port() {

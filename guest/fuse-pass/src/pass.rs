@@ -1,12 +1,12 @@
 //! The pass as the host calls it: bytes and a context in, an answer out.
-//! No WIT types here (the `component` module maps them), so the whole path
+//! No WIT types here (`tfwasm-pass-sdk` maps them), so the whole path
 //! runs natively in tests and benchmarks.
 
 use tfwasm_proto::graph::GraphDef;
 use tfwasm_proto::prost::Message;
 
 use crate::fuse::fuse_elementwise;
-use crate::node::{Set, DT_FLOAT};
+use crate::node::DT_FLOAT;
 use crate::program;
 use crate::updates::{self, assign_updates};
 
@@ -23,49 +23,28 @@ pub fn emits() -> Vec<&'static str> {
     std::iter::once(program::OP).chain(updates::EMITS).collect()
 }
 
-/// A kernel the device has: its op and, per type attribute it constrains
-/// (`T`, `dtype`, ...), the `DataType` numbers it accepts there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Kernel {
-    pub op: String,
-    pub types: Vec<(String, Vec<u32>)>,
-}
+pub use tfwasm_pass_sdk::{Answer, Context, Kernel, Rewrite};
 
-impl Kernel {
-    /// Whether this kernel runs a node of its op whose type attributes are
-    /// `attrs`: each constrained attribute the node sets holds a listed type.
-    fn serves(&self, attrs: &[(&str, i32)]) -> bool {
-        self.types.iter().all(|(attr, dtypes)| {
-            attrs
-                .iter()
-                .filter(|(key, _)| key == attr)
-                .all(|&(_, t)| u32::try_from(t).is_ok_and(|t| dtypes.contains(&t)))
-        })
+/// The pass, as `tfwasm_pass_sdk::export_pass!` exports it.
+pub struct FusePass;
+
+impl tfwasm_pass_sdk::Pass for FusePass {
+    const NAME: &'static str = NAME;
+    const VERSION: &'static str = VERSION;
+    const SUMMARY: &'static str = SUMMARY;
+    type Plan = Plan;
+
+    fn emits() -> Vec<&'static str> {
+        emits()
     }
-}
 
-/// What the host says besides the graph (`graph-context`).
-#[derive(Debug, Clone, Default)]
-pub struct Context {
-    pub device_type: String,
-    pub preserve: Vec<String>,
-    pub fetch: Vec<String>,
-    pub kernels: Vec<Kernel>,
-    pub options: Vec<(String, String)>,
-}
+    fn plan(context: &Context) -> Result<(Plan, Vec<String>), String> {
+        Plan::new(context)
+    }
 
-/// One line of the report (`rewrite`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rewrite {
-    pub node: String,
-    pub reason: String,
-}
-
-/// The pass's answer.
-#[derive(Debug, PartialEq)]
-pub enum Answer {
-    Unchanged,
-    Rewritten { graph: Vec<u8>, report: Vec<Rewrite> },
+    fn optimize(graph: &[u8], context: &Context, plan: Plan) -> Result<Answer, String> {
+        optimize(graph, context, plan)
+    }
 }
 
 /// Which rewrites a call makes, from the policy's options and the kernels
@@ -100,7 +79,7 @@ impl Plan {
         // Each op a rewrite adds, with the type attributes it sets.
         let has = |op: &str| {
             let attr = if matches!(op, "ReadVariableOp" | "AssignVariableOp") { "dtype" } else { "T" };
-            context.kernels.iter().any(|k| k.op == op && k.serves(&[(attr, DT_FLOAT)]))
+            context.has_kernel(op, &[(attr, DT_FLOAT)])
         };
         if !has(program::OP) {
             plan.fuse = false;
@@ -135,7 +114,7 @@ pub fn optimize(graph: &[u8], context: &Context, plan: Plan) -> Result<Answer, S
         return Ok(Answer::Unchanged);
     }
     let mut graph = GraphDef::decode(graph).map_err(|e| format!("the graph does not decode: {e}"))?;
-    let keep: Set<&str> = context.preserve.iter().chain(&context.fetch).map(String::as_str).collect();
+    let keep = context.kept();
     let preserve = |name: &str| keep.contains(name);
     let mut report = Vec::new();
     if plan.assign_updates {

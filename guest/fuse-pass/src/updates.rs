@@ -17,7 +17,7 @@
 
 use tfwasm_proto::graph::{attr_value, AttrValue, GraphDef, NodeDef};
 
-use crate::node::{control_inputs, data_inputs, placed_on, type_attr, type_value, Set, DT_FLOAT};
+use crate::node::{control_inputs, data_inputs, on_device, type_attr, type_value, Set, DT_FLOAT};
 
 /// Suffixes of the two nodes each rewritten update adds.
 pub const READ_SUFFIX: &str = "/tfwasm_read";
@@ -54,7 +54,7 @@ pub fn assign_updates(graph: &mut GraphDef, device_type: &str) -> Vec<Update> {
                 _ => return None,
             };
             let only_dtype = node.attr.keys().all(|key| key == "dtype" || key.starts_with('_'));
-            let rewritable = placed_on(&node.device, device_type)
+            let rewritable = on_device(&node.device, device_type)
                 && data_inputs(node).count() == 2
                 && type_attr(node, "dtype") == Some(DT_FLOAT)
                 && only_dtype;

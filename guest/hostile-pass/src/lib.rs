@@ -32,12 +32,13 @@
 //! | `trap` | panics | trapped … panicked |
 //! | `error` | returns an error | returned an error |
 //!
-//! Everything but the component glue is plain Rust, tested natively
+//! Built on `tfwasm-pass-sdk`, like the reference passes: everything is plain Rust, tested natively
 //! (`cargo test -p tfwasm-hostile-pass`).
 
 pub mod edits;
 
 pub use edits::Edit;
+use tfwasm_pass_sdk::{self as sdk, host, Pass};
 
 /// The misbehaviour asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,87 +124,73 @@ pub fn huge_answer(graph: &[u8]) -> Vec<u8> {
     answer
 }
 
-#[cfg(target_arch = "wasm32")]
-mod component {
-    use std::cell::Cell;
-
-    use crate::edits::{self, Answer, Context};
-    use crate::{huge_answer, Mode, Options};
-
-    wit_bindgen::generate!({
-        path: "../../wit/optimizer",
-        world: "pass",
-    });
-
-    use exports::tfwasm::optimizer::optimizer::Guest;
-    use tfwasm::optimizer::host::{log, now_ns, LogLevel};
-    use tfwasm::optimizer::types::{GraphContext, Outcome, PassInfo, Rewrite, Rewritten};
-
-    thread_local! {
-        /// `optimize` calls this instance has answered.
-        static CALLS: Cell<u64> = const { Cell::new(0) };
-    }
-
-    struct HostilePass;
-
-    impl Guest for HostilePass {
-        fn describe() -> PassInfo {
-            PassInfo {
-                name: "hostile".into(),
-                version: env!("CARGO_PKG_VERSION").into(),
-                summary: "misbehaves on purpose (policy option mode), for tfwasm's hostile-pass suite".into(),
-                emits: edits::EMITS.iter().map(|op| (*op).into()).collect(),
-            }
-        }
-
-        fn optimize(graph: Vec<u8>, context: GraphContext) -> Result<Outcome, String> {
-            let options = Options::new(&context.options)?;
-            let call = CALLS.get() + 1;
-            CALLS.set(call);
-            if call <= options.after {
-                return Ok(Outcome::Unchanged);
-            }
-            let rewritten = |graph: Vec<u8>, node: String, reason: String| {
-                Outcome::Rewritten(Rewritten { graph, report: vec![Rewrite { node, reason }] })
-            };
-            match options.mode {
-                Mode::Honest => Ok(Outcome::Unchanged),
-                Mode::Slow => {
-                    let until = now_ns().saturating_add(options.delay_ms.saturating_mul(1_000_000));
-                    while now_ns() < until {
-                        std::hint::spin_loop();
-                    }
-                    Ok(Outcome::Unchanged)
-                }
-                Mode::Error => Err("asked to fail (mode = \"error\"): this pass refuses every graph".into()),
-                Mode::Trap => panic!("asked to trap (mode = \"trap\")"),
-                Mode::Loop => {
-                    log(LogLevel::Debug, "mode = \"loop\": looping until the host's deadline");
-                    let mut spins = 0u64;
-                    loop {
-                        spins = std::hint::black_box(spins.wrapping_add(1));
-                    }
-                }
-                Mode::Huge => {
-                    let answer = huge_answer(&graph);
-                    Ok(rewritten(answer, String::new(), "copies of the graph".into()))
-                }
-                Mode::Edit(edit) => {
-                    let context = Context { device_type: context.device_type, preserve: context.preserve };
-                    match edits::apply(edit, &graph, &context)? {
-                        Answer::Unchanged => {
-                            log(LogLevel::Info, &format!("{edit:?}: nothing in this graph to spoil"));
-                            Ok(Outcome::Unchanged)
-                        }
-                        Answer::Rewritten { graph, node, reason } => Ok(rewritten(graph, node, reason)),
-                    }
-                }
-            }
-        }
-    }
-
-    export!(HostilePass);
+thread_local! {
+    /// `optimize` calls this instance has answered.
+    static CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
+
+/// The pass, as `tfwasm_pass_sdk::export_pass!` exports it.
+pub struct HostilePass;
+
+impl Pass for HostilePass {
+    const NAME: &'static str = "hostile";
+    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    const SUMMARY: &'static str = "misbehaves on purpose (policy option mode), for tfwasm's hostile-pass suite";
+    type Plan = Options;
+
+    fn emits() -> Vec<&'static str> {
+        edits::EMITS.to_vec()
+    }
+
+    fn plan(context: &sdk::Context) -> Result<(Options, Vec<String>), String> {
+        Ok((Options::new(&context.options)?, Vec::new()))
+    }
+
+    fn optimize(graph: &[u8], context: &sdk::Context, options: Options) -> Result<sdk::Answer, String> {
+        let call = CALLS.get() + 1;
+        CALLS.set(call);
+        if call <= options.after {
+            return Ok(sdk::Answer::Unchanged);
+        }
+        let rewritten = |graph: Vec<u8>, node: String, reason: String| sdk::Answer::Rewritten {
+            graph,
+            report: vec![sdk::Rewrite { node, reason }],
+        };
+        match options.mode {
+            Mode::Honest => Ok(sdk::Answer::Unchanged),
+            Mode::Slow => {
+                let until = host::now_ns().saturating_add(options.delay_ms.saturating_mul(1_000_000));
+                while host::now_ns() < until {
+                    std::hint::spin_loop();
+                }
+                Ok(sdk::Answer::Unchanged)
+            }
+            Mode::Error => Err("asked to fail (mode = \"error\"): this pass refuses every graph".into()),
+            Mode::Trap => panic!("asked to trap (mode = \"trap\")"),
+            Mode::Loop => {
+                host::log(host::Level::Debug, "mode = \"loop\": looping until the host's deadline");
+                let mut spins = 0u64;
+                loop {
+                    spins = std::hint::black_box(spins.wrapping_add(1));
+                }
+            }
+            Mode::Huge => Ok(rewritten(huge_answer(graph), String::new(), "copies of the graph".into())),
+            Mode::Edit(edit) => {
+                let context =
+                    edits::Context { device_type: context.device_type.clone(), preserve: context.preserve.clone() };
+                match edits::apply(edit, graph, &context)? {
+                    edits::Answer::Unchanged => {
+                        host::log(host::Level::Info, &format!("{edit:?}: nothing in this graph to spoil"));
+                        Ok(sdk::Answer::Unchanged)
+                    }
+                    edits::Answer::Rewritten { graph, node, reason } => Ok(rewritten(graph, node, reason)),
+                }
+            }
+        }
+    }
+}
+
+tfwasm_pass_sdk::export_pass!(HostilePass);
 
 #[cfg(test)]
 mod tests {

@@ -24,14 +24,14 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use tfwasm_proto::graph::GraphDef;
 use tfwasm_proto::prost::Message;
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::HasSelf;
 use wasmtime::Store;
 
 use super::catalog::{KernelTable, DEVICE_DEFAULT_OPS};
 use super::validate::{check_answer, Expectations, OpCatalog};
 use crate::error::Error;
 use crate::policy::PassSection;
-use crate::sandbox::{engine, guarded, guest_text, monotonic_ns, new_store, Compiled, GuestSource, GuestState, World};
+use crate::sandbox::{guarded, guest_text, monotonic_ns, new_store, Compiled, GuestSource, GuestState, World};
 
 wasmtime::component::bindgen!({
     path: "../../wit/optimizer",
@@ -64,15 +64,7 @@ const MAX_LIST: usize = 4096;
 
 impl self::tfwasm::optimizer::host::Host for GuestState {
     fn log(&mut self, level: self::tfwasm::optimizer::host::LogLevel, message: String) {
-        use self::tfwasm::optimizer::host::LogLevel;
-        let level = match level {
-            LogLevel::Trace => tracing::Level::TRACE,
-            LogLevel::Debug => tracing::Level::DEBUG,
-            LogLevel::Info => tracing::Level::INFO,
-            LogLevel::Warn => tracing::Level::WARN,
-            LogLevel::Error => tracing::Level::ERROR,
-        };
-        self.log_line(level, &message);
+        self.log_line(level.into(), &message);
     }
 
     fn now_ns(&mut self) -> u64 {
@@ -122,18 +114,13 @@ impl PassProgram {
             capabilities: &section.capabilities,
             world: &PASS_WORLD,
         };
-        let Compiled { component, cached, exports, sha256 } = source.compile(cache_dir)?;
-        let engine = engine()?;
-        let mut linker = Linker::<GuestState>::new(engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .map_err(|e| Error::Internal(format!("cannot link WASI: {e:#}")))?;
-        Pass::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
-            .map_err(|e| Error::Internal(format!("cannot link the host interface: {e:#}")))?;
-        let instance_pre = linker
-            .instantiate_pre(&component)
-            .map_err(|e| load_err(format!("its imports do not match what tfwasm provides: {e:#}")))?;
-        let pre = PassPre::new(instance_pre)
-            .map_err(|e| load_err(format!("{} ({e:#})", PASS_WORLD.missing_exports(&exports))))?;
+        let compiled = source.compile(cache_dir)?;
+        let pre = source.link(
+            &compiled,
+            |linker| Pass::add_to_linker::<_, HasSelf<_>>(linker, |state| state),
+            PassPre::new,
+        )?;
+        let Compiled { cached, sha256, .. } = compiled;
         let mut program = PassProgram {
             label: label.clone().into(),
             section: section.clone(),

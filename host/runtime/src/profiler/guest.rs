@@ -17,7 +17,7 @@ use super::xspace::{Shape, ShapedEvent, ShapedLine, ShapedPlane, Value};
 use super::{Capture, DeviceLabel, Event, Record};
 use crate::error::Error;
 use crate::policy::ProfilerGuestSection;
-use crate::sandbox::{cache, engine, guarded, guest_text, new_store, Compiled, GuestSource, GuestState, World};
+use crate::sandbox::{cache, guarded, guest_text, new_store, GuestSource, GuestState, World};
 
 wasmtime::component::bindgen!({
     path: "../../wit/profiler",
@@ -51,15 +51,7 @@ pub const MAX_STATS: usize = 32;
 
 impl self::tfwasm::profiler::host::Host for GuestState {
     fn log(&mut self, level: self::tfwasm::profiler::host::LogLevel, message: String) {
-        use self::tfwasm::profiler::host::LogLevel;
-        let level = match level {
-            LogLevel::Trace => tracing::Level::TRACE,
-            LogLevel::Debug => tracing::Level::DEBUG,
-            LogLevel::Info => tracing::Level::INFO,
-            LogLevel::Warn => tracing::Level::WARN,
-            LogLevel::Error => tracing::Level::ERROR,
-        };
-        self.log_line(level, &message);
+        self.log_line(level.into(), &message);
     }
 }
 
@@ -85,7 +77,6 @@ impl ProfilerProgram {
     pub fn load(section: &ProfilerGuestSection, cache_dir: Option<&std::path::Path>) -> Result<Arc<Self>, Error> {
         let file = section.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
         let label = format!("profiler '{}' ({file})", section.name);
-        let load_err = |reason: String| Error::GuestLoad { guest: label.clone(), reason };
         let started = Instant::now();
         let source = GuestSource {
             label: &label,
@@ -94,17 +85,11 @@ impl ProfilerProgram {
             capabilities: &Default::default(),
             world: &PROFILER_WORLD,
         };
-        let Compiled { component, cached, exports, .. } = source.compile(cache_dir)?;
-        let mut linker = Linker::<GuestState>::new(engine()?);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .map_err(|e| Error::Internal(format!("cannot link WASI: {e:#}")))?;
-        Profiler::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
-            .map_err(|e| Error::Internal(format!("cannot link the host interface: {e:#}")))?;
-        let instance_pre = linker
-            .instantiate_pre(&component)
-            .map_err(|e| load_err(format!("its imports do not match what tfwasm provides: {e:#}")))?;
-        let pre = ProfilerPre::new(instance_pre)
-            .map_err(|e| load_err(format!("{} ({e:#})", PROFILER_WORLD.missing_exports(&exports))))?;
+        let compiled = source.compile(cache_dir)?;
+        let add_host =
+            |linker: &mut Linker<GuestState>| Profiler::add_to_linker::<_, HasSelf<_>>(linker, |state| state);
+        let pre = source.link(&compiled, add_host, ProfilerPre::new)?;
+        let cached = compiled.cached;
         let how = if cached { "loaded from the compile cache" } else { "compiled" };
         tracing::debug!("{label}: {how} in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
         Ok(Arc::new(ProfilerProgram { label: label.into(), section: section.clone(), pre }))

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use wasmtime::component::{Component, HasSelf, Linker, ResourceTable, ResourceTableError};
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker, ResourceTable, ResourceTableError};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, Trap, WasmBacktrace};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -216,15 +216,7 @@ impl WasiView for GuestState {
 
 impl self::tfwasm::device::host::Host for GuestState {
     fn log(&mut self, level: self::tfwasm::device::host::LogLevel, message: String) {
-        use self::tfwasm::device::host::LogLevel;
-        let level = match level {
-            LogLevel::Trace => tracing::Level::TRACE,
-            LogLevel::Debug => tracing::Level::DEBUG,
-            LogLevel::Info => tracing::Level::INFO,
-            LogLevel::Warn => tracing::Level::WARN,
-            LogLevel::Error => tracing::Level::ERROR,
-        };
-        self.log_line(level, &message);
+        self.log_line(level.into(), &message);
     }
 
     fn now_ns(&mut self) -> u64 {
@@ -280,8 +272,6 @@ impl GuestProgram {
     /// [`GuestProgram::load`] with an explicit cache directory (`None`: no cache).
     pub fn load_with_cache(policy: &Policy, cache_dir: Option<&std::path::Path>) -> Result<Arc<GuestProgram>, Error> {
         let label = guest_label(&policy.guest.name, &policy.guest.path);
-        let load_err = |reason: String| Error::GuestLoad { guest: label.clone(), reason };
-        let engine = engine()?;
         let started = Instant::now();
         let source = GuestSource {
             label: &label,
@@ -290,20 +280,14 @@ impl GuestProgram {
             capabilities: &policy.capabilities,
             world: &DEVICE_WORLD,
         };
-        let Compiled { component, cached, exports, .. } = source.compile(cache_dir)?;
-        let mut linker = Linker::<GuestState>::new(engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .map_err(|e| Error::Internal(format!("cannot link WASI: {e:#}")))?;
-        Device::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
-            .map_err(|e| Error::Internal(format!("cannot link the host interface: {e:#}")))?;
-        // World `annotated-device`: guests that annotate their trace import it.
-        crate::profiler::annotations::AnnotatorWorld::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
-            .map_err(|e| Error::Internal(format!("cannot link the annotations interface: {e:#}")))?;
-        let instance_pre = linker
-            .instantiate_pre(&component)
-            .map_err(|e| load_err(format!("its imports do not match what tfwasm provides: {e:#}")))?;
-        let pre = DevicePre::new(instance_pre)
-            .map_err(|e| load_err(format!("{} ({e:#})", DEVICE_WORLD.missing_exports(&exports))))?;
+        let compiled = source.compile(cache_dir)?;
+        let add_host = |linker: &mut Linker<GuestState>| {
+            Device::add_to_linker::<_, HasSelf<_>>(linker, |state| state)?;
+            // World `annotated-device`: guests that annotate their trace import it.
+            crate::profiler::annotations::AnnotatorWorld::add_to_linker::<_, HasSelf<_>>(linker, |state| state)
+        };
+        let pre = source.link(&compiled, add_host, DevicePre::new)?;
+        let cached = compiled.cached;
         let how = if cached { "loaded from the compile cache" } else { "compiled" };
         tracing::info!("{label}: {how} and linked in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
         Ok(Arc::new(GuestProgram { label: label.into(), policy: policy.clone(), pre }))
@@ -622,7 +606,54 @@ impl GuestSource<'_> {
         }
         Ok(Compiled { component, cached, exports, sha256 })
     }
+
+    /// Links `compiled` against WASI and the world's host interfaces
+    /// (`add_host`), checks its imports, and makes the world's typed
+    /// `InstancePre` (`new_pre`, e.g. `PassPre::new`), which checks its
+    /// exports: what a program keeps to instantiate from.
+    pub(crate) fn link<P>(
+        &self,
+        compiled: &Compiled,
+        add_host: impl FnOnce(&mut Linker<GuestState>) -> wasmtime::Result<()>,
+        new_pre: impl FnOnce(InstancePre<GuestState>) -> wasmtime::Result<P>,
+    ) -> Result<P, Error> {
+        let load_err = |reason: String| Error::GuestLoad { guest: self.label.to_owned(), reason };
+        let mut linker = Linker::<GuestState>::new(engine()?);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| Error::Internal(format!("cannot link WASI: {e:#}")))?;
+        add_host(&mut linker).map_err(|e| Error::Internal(format!("cannot link the host interfaces: {e:#}")))?;
+        let instance_pre = linker
+            .instantiate_pre(&compiled.component)
+            .map_err(|e| load_err(format!("its imports do not match what tfwasm provides: {e:#}")))?;
+        new_pre(instance_pre)
+            .map_err(|e| load_err(format!("{} ({e:#})", self.world.missing_exports(&compiled.exports))))
+    }
 }
+
+/// `tracing::Level` of a WIT `log-level`: each world's host interface has
+/// its own enum with the same five cases.
+macro_rules! tracing_level_from {
+    ($($log_level:path),+ $(,)?) => {$(
+        impl From<$log_level> for tracing::Level {
+            fn from(level: $log_level) -> tracing::Level {
+                use $log_level as L;
+                match level {
+                    L::Trace => tracing::Level::TRACE,
+                    L::Debug => tracing::Level::DEBUG,
+                    L::Info => tracing::Level::INFO,
+                    L::Warn => tracing::Level::WARN,
+                    L::Error => tracing::Level::ERROR,
+                }
+            }
+        }
+    )+};
+}
+
+tracing_level_from!(
+    self::tfwasm::device::host::LogLevel,
+    crate::passes::pipeline::tfwasm::optimizer::host::LogLevel,
+    crate::profiler::guest::tfwasm::profiler::host::LogLevel,
+);
 
 /// `wasm trap: ... (hint) in function F` from a wasmtime error.
 fn describe_trap(trap: Option<Trap>, error: &wasmtime::Error) -> String {
