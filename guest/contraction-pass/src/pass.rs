@@ -8,19 +8,6 @@ use tfwasm_proto::prost::Message;
 use crate::contraction::{fuse_contractions, Product, Rules, ACTIVATIONS};
 use crate::node::DT_FLOAT;
 
-/// `pass-info.name`.
-pub const NAME: &str = "fuse-contraction";
-/// `pass-info.version`.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// `pass-info.summary`.
-pub const SUMMARY: &str = "float32 MatMul or NHWC Conv2D, BiasAdd and an activation on the device become one \
-                           _FusedMatMul or _FusedConv2D node; run it before fuse-elementwise";
-
-/// `pass-info.emits`.
-pub fn emits() -> Vec<&'static str> {
-    Product::ALL.into_iter().map(Product::fused_op).collect()
-}
-
 /// The activations the device's fused kernels implement after a bias
 /// (`host/kernels/src/epilogue.rs`, `FusedOps::parse`): the default of
 /// the `activations` option. The kernel list cannot say which `fused_ops`
@@ -33,13 +20,15 @@ pub use tfwasm_pass_sdk::{Answer, Context, Kernel, Rewrite};
 pub struct ContractionPass;
 
 impl tfwasm_pass_sdk::Pass for ContractionPass {
-    const NAME: &'static str = NAME;
-    const VERSION: &'static str = VERSION;
-    const SUMMARY: &'static str = SUMMARY;
+    const NAME: &'static str = "fuse-contraction";
+    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    const SUMMARY: &'static str = "float32 MatMul or NHWC Conv2D, BiasAdd and an activation on the device become \
+                                   one _FusedMatMul or _FusedConv2D node; run it before fuse-elementwise";
     type Plan = Plan;
 
+    /// The fused ops, one per product.
     fn emits() -> Vec<&'static str> {
-        emits()
+        Product::ALL.into_iter().map(Product::fused_op).collect()
     }
 
     fn plan(context: &Context) -> Result<(Plan, Vec<String>), String> {

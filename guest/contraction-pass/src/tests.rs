@@ -5,7 +5,7 @@ use tfwasm_proto::graph::{attr_value, AttrValue, GraphDef, NodeDef, OpList};
 use tfwasm_proto::prost::Message;
 
 use crate::node::{int_list, value, DT_FLOAT};
-use crate::pass::{emits, optimize, Answer, Context, Kernel, Plan, Rewrite, DEVICE_ACTIVATIONS};
+use crate::pass::{optimize, Answer, Context, Kernel, Plan, Rewrite, DEVICE_ACTIVATIONS};
 
 const WASM: &str = "/job:localhost/replica:0/task:0/device:WASM:0";
 const CPU: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
@@ -379,7 +379,7 @@ fn tensorflow_ops() -> OpList {
 fn fused_nodes_carry_what_tensorflow_requires_and_nothing_it_does_not_know() {
     let registry = tensorflow_ops();
     let op_def = |name: &str| registry.op.iter().find(|op| op.name == name).unwrap_or_else(|| panic!("{name}"));
-    assert_eq!(emits(), ["_FusedMatMul", "_FusedConv2D"]);
+    assert_eq!(<crate::pass::ContractionPass as tfwasm_pass_sdk::Pass>::emits(), ["_FusedMatMul", "_FusedConv2D"]);
     for conv in [false, true] {
         let mut nodes = chain(conv, Some("Relu"));
         nodes[3].attr.retain(|k, _| matches!(k.as_str(), "T" | "strides" | "padding"));

@@ -10,32 +10,21 @@ use crate::node::DT_FLOAT;
 use crate::program;
 use crate::updates::{self, assign_updates};
 
-/// `pass-info.name`.
-pub const NAME: &str = "fuse-elementwise";
-/// `pass-info.version`.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// `pass-info.summary`.
-pub const SUMMARY: &str = "float32 variable updates on the device become assignments of a sum, then each tree of \
-                           float32 elementwise ops there becomes one _TfwasmFusedElementwise node";
-
-/// `pass-info.emits`: the fused op, and what the update rewrite adds.
-pub fn emits() -> Vec<&'static str> {
-    std::iter::once(program::OP).chain(updates::EMITS).collect()
-}
-
 pub use tfwasm_pass_sdk::{Answer, Context, Kernel, Rewrite};
 
 /// The pass, as `tfwasm_pass_sdk::export_pass!` exports it.
 pub struct FusePass;
 
 impl tfwasm_pass_sdk::Pass for FusePass {
-    const NAME: &'static str = NAME;
-    const VERSION: &'static str = VERSION;
-    const SUMMARY: &'static str = SUMMARY;
+    const NAME: &'static str = "fuse-elementwise";
+    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    const SUMMARY: &'static str = "float32 variable updates on the device become assignments of a sum, then each \
+                                   tree of float32 elementwise ops there becomes one _TfwasmFusedElementwise node";
     type Plan = Plan;
 
+    /// The fused op, and what the update rewrite adds.
     fn emits() -> Vec<&'static str> {
-        emits()
+        std::iter::once(program::OP).chain(updates::EMITS).collect()
     }
 
     fn plan(context: &Context) -> Result<(Plan, Vec<String>), String> {
@@ -193,6 +182,6 @@ mod tests {
 
     #[test]
     fn emits_names_every_op_the_rewrites_add() {
-        assert_eq!(emits(), ALL);
+        assert_eq!(<FusePass as tfwasm_pass_sdk::Pass>::emits(), ALL);
     }
 }

@@ -517,7 +517,8 @@ fn describe_declares_what_the_rewrites_add() {
         let made = guest(&graph(nodes), &HashSet::new());
         added.extend(made.graph.node.into_iter().map(|n| n.op).filter(|op| !before.contains(op)));
     }
-    let emits: BTreeSet<String> = pass::emits().into_iter().map(String::from).collect();
+    let emits: BTreeSet<String> =
+        <pass::FusePass as tfwasm_pass_sdk::Pass>::emits().into_iter().map(String::from).collect();
     assert!(added.is_subset(&emits), "{added:?} not all in {emits:?}");
     assert!(added.contains(program::OP) && added.contains("AssignVariableOp"), "{added:?}");
 }
