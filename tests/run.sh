@@ -74,6 +74,18 @@ run "guest unit tests" cargo test -p tfwasm-reference-device -p tfwasm-hostile-d
     -p tfwasm-reference-profiler -p tfwasm-hostile-profiler
 run "C guest unit tests" bash guest/c-device/build.sh test
 
+# The plugin without the profiler (cargo feature `profiler` off: no
+# TF_InitProfiler, every recording site compiled away), what
+# tests/bench/bench_profiler.py --without-profiler measures against: built
+# here so that it keeps building. The same release profile, so only the host
+# crates rebuild; then setup.sh's build again, which the venv's wheel matches.
+run "plugin without the profiler" cargo build --release -q -p tfwasm --no-default-features
+if nm -D --defined-only target/release/libtfwasm.so | grep -qw TF_InitProfiler; then
+    echo "tests/run.sh: the plugin built without the profiler still exports TF_InitProfiler" >&2
+    exit 1
+fi
+run "plugin with the profiler" cargo build --release -q -p tfwasm -p tfwasm-cli
+
 # The runtime (sandbox, policy, device) is what a guest author runs on any OS.
 # `cargo check` proves it builds for Windows and macOS without linking.
 # wasmtime's build scripts compile small C helpers for the target, whose
