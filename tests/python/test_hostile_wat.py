@@ -127,7 +127,9 @@ CASES = [
      r"`streams\.event-status` exceeded"),
     # Legal, if odd.
     ("honest", "honest", {}, {}, LEGAL, None),
-    ("slow", None, {"mode": "slow", "delay-ms": 2}, {}, LEGAL, None),
+    # Slow but far inside its deadline, however loaded the machine: the
+    # deadline counts wall-clock ticks, preemption included.
+    ("slow", None, {"mode": "slow", "delay-ms": 2}, {"deadline_ms": 2000}, LEGAL, None),
     ("huge-ticket", None, {"mode": "huge-ticket"}, {}, LEGAL, None),
     ("log-forgery", None, {"mode": "log-forgery"}, {}, LEGAL, r"starting\\ntfwasm: guest 'reference-device'"),
 ]
