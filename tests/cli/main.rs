@@ -11,6 +11,7 @@ mod contraction_pass;
 mod hostile_wat;
 mod pass;
 mod precompile;
+mod profiler;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()

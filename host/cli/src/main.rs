@@ -20,12 +20,16 @@
 //! - `tfwasm pass run PASS.wasm GRAPH.pb` and `tfwasm pass check
 //!   PASS.wasm`: a graph-optimizer pass through the plugin's pipeline and
 //!   checks, on a graph or on golden graphs from TensorFlow ([`pass`]).
+//! - `tfwasm profiler check PROFILER.wasm [-o trace.xplane.pb]`: a profiler
+//!   guest on recorded sessions, through the plugin's checks of its answer
+//!   ([`profiler`]).
 
 mod conformance;
 mod graph;
 mod info;
 mod pass;
 mod precompile;
+mod profiler;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -85,6 +89,11 @@ enum Command {
         #[command(subcommand)]
         command: PassCommand,
     },
+    /// Profiler guests (world `profiler`, wit/profiler).
+    Profiler {
+        #[command(subcommand)]
+        command: ProfilerCommand,
+    },
     /// Graphs, as pass guests see them.
     Graph {
         #[command(subcommand)]
@@ -121,6 +130,30 @@ enum PassCommand {
         pass: PathBuf,
         #[arg(long = "config", value_parser = parse_option)]
         options: Vec<(String, String)>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ProfilerCommand {
+    /// The profiler conformance suite: it loads, and on recorded sessions
+    /// (a training step, two devices, a guest fault, an empty session, a
+    /// full ring) its answers pass the host's checks.
+    Check {
+        /// The profiler guest component (`.wasm`).
+        guest: PathBuf,
+        /// `KEY=VALUE` options, as `[profiler.guest.config]` in a policy.
+        #[arg(long = "config", value_parser = parse_option)]
+        options: Vec<(String, String)>,
+        /// Records in the full ring, as `profiler.max-events` in a policy.
+        #[arg(long, default_value_t = tfwasm_runtime::profiler::DEFAULT_MAX_EVENTS)]
+        max_events: usize,
+        /// Write the training step's trace, as the guest shaped it, here
+        /// (an `.xplane.pb`: put it under `LOGDIR/plugins/profile/RUN/` to
+        /// open it in TensorBoard).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -200,6 +233,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&checks)?);
             } else {
                 pass::print_checks(&pass, &checks);
+            }
+            Ok(if checks.iter().all(|c| c.passed) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Profiler { command: ProfilerCommand::Check { guest, options, max_events, output, json } } => {
+            let section = profiler::section(&guest, &options)?;
+            let checks = profiler::check(&section, max_events, output.as_deref())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&checks)?);
+            } else {
+                profiler::print(&guest, &checks);
             }
             Ok(if checks.iter().all(|c| c.passed) { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
