@@ -89,3 +89,33 @@ fn a_device_guest_is_not_a_profiler() {
     let failure = checks[0]["failure"].as_str().unwrap();
     assert!(failure.contains("tfwasm:profiler/shaper"), "{failure}");
 }
+
+#[test]
+fn check_runs_the_suite_of_the_world_a_component_exports() {
+    // A pass: the golden-graph suite of `pass check`.
+    let pass = guest("tfwasm_fuse_pass.wasm");
+    let (code, out) = tfwasm(&["check", "--json", pass.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let checks: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        checks.as_array().unwrap().iter().any(|c| c["check"].as_str().unwrap().contains("keras_mlp_step")),
+        "{out}"
+    );
+    // A profiler: the recorded sessions of `profiler check`. The hostile one,
+    // which refuses at once without its `mode` option: the reference one
+    // would shape a full ring of 262,144 records beside the other tests.
+    let profiler = guest("tfwasm_hostile_profiler.wasm");
+    let (code, out) = tfwasm(&["check", "--json", profiler.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    let checks: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(checks[1]["session"], "a training step", "{out}");
+    assert!(checks[1]["failure"].as_str().unwrap().contains("no `mode` option"), "{out}");
+    // A device policy means nothing to a pass: said, not ignored.
+    let policy = crate::workspace().join("policies/device.toml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tfwasm"))
+        .args(["check", "--policy", policy.to_str().unwrap(), pass.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is a pass guest: --policy is for device guests"));
+}

@@ -8,6 +8,8 @@
 //!   layer, the same code that validates every answer inside TensorFlow; a
 //!   check fails when the host had to refuse an answer, replace the
 //!   instance or stop a call at its deadline. Exit status 1 when any fails.
+//!   A component that exports a pass or a profiler gets its own world's
+//!   suite instead (`pass check`, `profiler check`).
 //! - `tfwasm info GUEST.wasm`: the component's WIT packages, imports,
 //!   exports, size and SHA-256 digest.
 //! - `tfwasm policy check P.toml`: whether a policy loads as the plugin
@@ -47,12 +49,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the device conformance suite against a guest.
+    /// Run the conformance suite of the guest's world against it: the device
+    /// suite, or for a component that exports a pass or a profiler, what
+    /// `pass check` or `profiler check` runs.
     Check {
         /// The guest component (.wasm).
         guest: PathBuf,
         /// A policy whose limits and `[guest.config]` to use (its guest path
         /// is replaced by GUEST); default: the guest alone, default limits.
+        /// Device guests only.
         #[arg(long)]
         policy: Option<PathBuf>,
         /// Print the results as JSON.
@@ -159,6 +164,23 @@ enum ProfilerCommand {
     },
 }
 
+/// `"pass"` or `"profiler"` when `guest` is a component that exports that
+/// world and not the device's; `None` for a device guest or anything that
+/// does not load (the device suite says why).
+fn other_world(guest: &std::path::Path) -> Option<&'static str> {
+    let described = info::describe(guest).ok()?;
+    let exports = |package: &str| described.exports_packages.iter().any(|p| p.starts_with(package));
+    if exports("tfwasm:device") {
+        None
+    } else if exports("tfwasm:optimizer") {
+        Some("pass")
+    } else if exports("tfwasm:profiler") {
+        Some("profiler")
+    } else {
+        None
+    }
+}
+
 fn parse_option(text: &str) -> Result<(String, String), String> {
     text.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("{text:?} is not KEY=VALUE"))
 }
@@ -190,6 +212,28 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Check { guest, policy, json } => {
+            if let Some(world) = other_world(&guest) {
+                if policy.is_some() {
+                    anyhow::bail!(
+                        "{} is a {world} guest: --policy is for device guests; use `tfwasm {world} check --config KEY=VALUE`",
+                        guest.display()
+                    );
+                }
+                eprintln!("{} is a {world} guest: running `tfwasm {world} check`", guest.display());
+                let command = match world {
+                    "pass" => Command::Pass { command: PassCommand::Check { pass: guest, options: Vec::new(), json } },
+                    _ => Command::Profiler {
+                        command: ProfilerCommand::Check {
+                            guest,
+                            options: Vec::new(),
+                            max_events: tfwasm_runtime::profiler::DEFAULT_MAX_EVENTS,
+                            output: None,
+                            json,
+                        },
+                    },
+                };
+                return run(Cli { command });
+            }
             let mut policy = match policy {
                 Some(path) => Policy::load(&path).with_context(|| format!("policy {}", path.display()))?,
                 None => Policy::for_guest(&guest_name(&guest), &guest),
