@@ -38,7 +38,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use tfwasm_runtime::policy::Policy;
+use tfwasm_runtime::policy::{PassSection, Policy, ProfilerGuestSection};
 
 #[derive(Parser)]
 #[command(name = "tfwasm", version, about = "Check and describe tfwasm guests, without TensorFlow")]
@@ -181,6 +181,19 @@ fn other_world(guest: &std::path::Path) -> Option<&'static str> {
     }
 }
 
+/// The policy entry (a `[[pass]]`, a `[profiler.guest]`) for a guest file
+/// named on the command line: named after the file, with `--config` options
+/// as its `config` table and defaults for the rest.
+fn policy_entry<T: serde::de::DeserializeOwned>(path: &std::path::Path, options: &[(String, String)]) -> Result<T> {
+    let name = path.file_stem().map_or_else(|| "guest".to_owned(), |s| s.to_string_lossy().into_owned());
+    let config: toml::Table = options.iter().map(|(k, v)| (k.clone(), toml::Value::String(v.clone()))).collect();
+    let mut entry = toml::Table::new();
+    entry.insert("name".into(), name.into());
+    entry.insert("path".into(), path.to_string_lossy().into_owned().into());
+    entry.insert("config".into(), config.into());
+    entry.try_into().with_context(|| format!("a policy entry for {}", path.display()))
+}
+
 fn parse_option(text: &str) -> Result<(String, String), String> {
     text.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("{text:?} is not KEY=VALUE"))
 }
@@ -250,7 +263,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Policy { command: PolicyCommand::Check { policy } } => Ok(check_policy(&policy)),
         Command::Pass { command: PassCommand::Run { pass, graph, output, preserve, options, json } } => {
-            let section = pass::section(&pass, &options)?;
+            let section = policy_entry::<PassSection>(&pass, &options)?;
             let run = pass::run(&section, &graph, &preserve, output.as_deref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&run)?);
@@ -271,7 +284,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(if run.accepted { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Pass { command: PassCommand::Check { pass, options, json } } => {
-            let section = pass::section(&pass, &options)?;
+            let section = policy_entry::<PassSection>(&pass, &options)?;
             let checks = pass::check(&section);
             if json {
                 println!("{}", serde_json::to_string_pretty(&checks)?);
@@ -281,7 +294,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(if checks.iter().all(|c| c.passed) { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Profiler { command: ProfilerCommand::Check { guest, options, max_events, output, json } } => {
-            let section = profiler::section(&guest, &options)?;
+            let section = policy_entry::<ProfilerGuestSection>(&guest, &options)?;
             let checks = profiler::check(&section, max_events, output.as_deref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&checks)?);

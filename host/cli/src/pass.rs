@@ -28,17 +28,6 @@ const GOLDEN: &[(&str, &[u8])] = &[
     ("jit_function_call", include_bytes!("../../../tests/fixtures/graphs/jit_function_call.pb")),
 ];
 
-/// A pass's policy entry for a file given on the command line.
-pub fn section(path: &Path, options: &[(String, String)]) -> Result<PassSection> {
-    let name = path.file_stem().map_or_else(|| "pass".to_owned(), |s| s.to_string_lossy().into_owned());
-    let mut section: PassSection = toml::from_str(&format!("name = {name:?}\npath = {:?}\n", path.to_string_lossy()))
-        .context("a pass entry for the file")?;
-    for (key, value) in options {
-        section.config.insert(key.clone(), toml::Value::String(value.clone()));
-    }
-    Ok(section)
-}
-
 /// What one run of a pass on one graph did.
 #[derive(Debug, Serialize)]
 pub struct Run {

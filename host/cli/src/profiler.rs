@@ -28,18 +28,6 @@ const T0: u64 = 1_767_225_600_000_000_000;
 /// Nanoseconds one recorded training step spans.
 const STEP_NS: u64 = 2_000_000;
 
-/// A profiler guest's policy entry for a file given on the command line.
-pub fn section(path: &Path, options: &[(String, String)]) -> Result<ProfilerGuestSection> {
-    let name = path.file_stem().map_or_else(|| "profiler".to_owned(), |s| s.to_string_lossy().into_owned());
-    let mut section: ProfilerGuestSection =
-        toml::from_str(&format!("name = {name:?}\npath = {:?}\n", path.to_string_lossy()))
-            .context("a profiler entry for the file")?;
-    for (key, value) in options {
-        section.config.insert(key.clone(), toml::Value::String(value.clone()));
-    }
-    Ok(section)
-}
-
 /// One check's outcome.
 #[derive(Debug, Serialize)]
 pub struct Check {
