@@ -563,24 +563,28 @@ pub(crate) struct Compiled {
 }
 
 impl GuestSource<'_> {
+    /// Why this guest could not be loaded, naming it.
+    fn load_err(&self, reason: String) -> Error {
+        Error::GuestLoad { guest: self.label.to_owned(), reason }
+    }
+
     /// The component, whether it came from the cache, its export names and
     /// the file's digest.
     pub(crate) fn compile(&self, cache_dir: Option<&std::path::Path>) -> Result<Compiled, Error> {
-        let load_err = |reason: String| Error::GuestLoad { guest: self.label.to_owned(), reason };
         let engine = engine()?;
         let bytes =
-            std::fs::read(self.path).map_err(|e| load_err(format!("cannot read {}: {e}", self.path.display())))?;
+            std::fs::read(self.path).map_err(|e| self.load_err(format!("cannot read {}: {e}", self.path.display())))?;
         let sha256 = cache::sha256_hex(&bytes);
         if let Some(pinned) = self.sha256 {
             if !sha256.eq_ignore_ascii_case(pinned) {
-                return Err(load_err(format!(
+                return Err(self.load_err(format!(
                     "{} is not the guest the policy pins: sha256 = {pinned}, the file's SHA-256 is {sha256}",
                     self.path.display()
                 )));
             }
         }
         let (component, cached) = cache::compile(engine, &bytes, cache_dir).map_err(|e| {
-            load_err(format!(
+            self.load_err(format!(
                 "not a valid wasm component ({e:#}); build guests for wasm32-wasip2 with wit-bindgen against {}",
                 self.world.wit
             ))
@@ -589,7 +593,7 @@ impl GuestSource<'_> {
         let imports: Vec<&str> = ty.imports(engine).map(|(name, _)| name).collect();
         let exports: Vec<&str> = ty.exports(engine).map(|(name, _)| name).collect();
         if let Some(reason) = self.world.other_version(imports.iter().chain(&exports)) {
-            return Err(load_err(reason));
+            return Err(self.load_err(reason));
         }
         let lacks = |interface: &&str| {
             let wanted = format!("{}/{interface}", self.world.package);
@@ -599,10 +603,10 @@ impl GuestSource<'_> {
         // What it exports says what it is: a guest of another world gets
         // that said, not a list of imports the linker could not match.
         if self.world.exports.iter().any(lacks) {
-            return Err(load_err(self.world.missing_exports(&exports)));
+            return Err(self.load_err(self.world.missing_exports(&exports)));
         }
         if let Some(reason) = refused_imports(&imports, self.capabilities) {
-            return Err(load_err(reason));
+            return Err(self.load_err(reason));
         }
         Ok(Compiled { component, cached, exports, sha256 })
     }
@@ -617,16 +621,15 @@ impl GuestSource<'_> {
         add_host: impl FnOnce(&mut Linker<GuestState>) -> wasmtime::Result<()>,
         new_pre: impl FnOnce(InstancePre<GuestState>) -> wasmtime::Result<P>,
     ) -> Result<P, Error> {
-        let load_err = |reason: String| Error::GuestLoad { guest: self.label.to_owned(), reason };
         let mut linker = Linker::<GuestState>::new(engine()?);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| Error::Internal(format!("cannot link WASI: {e:#}")))?;
         add_host(&mut linker).map_err(|e| Error::Internal(format!("cannot link the host interfaces: {e:#}")))?;
         let instance_pre = linker
             .instantiate_pre(&compiled.component)
-            .map_err(|e| load_err(format!("its imports do not match what tfwasm provides: {e:#}")))?;
+            .map_err(|e| self.load_err(format!("its imports do not match what tfwasm provides: {e:#}")))?;
         new_pre(instance_pre)
-            .map_err(|e| load_err(format!("{} ({e:#})", self.world.missing_exports(&compiled.exports))))
+            .map_err(|e| self.load_err(format!("{} ({e:#})", self.world.missing_exports(&compiled.exports))))
     }
 }
 
