@@ -19,6 +19,7 @@ step (from ``tfwasm.traffic``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -93,6 +94,38 @@ def build(model: str, strategy=None):
     return net, shape, batch
 
 
+def train_data(model: str, shape: tuple, batch: int, steps: int):
+    """`steps` batches of random inputs (token ids for the transformer) and labels."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    if model == "transformer":
+        x = rng.integers(0, VOCABULARY, size=(batch * steps, *shape)).astype(np.int32)
+    else:
+        x = rng.random((batch * steps, *shape)).astype(np.float32)
+    return x, rng.integers(0, 10, size=batch * steps).astype(np.int64)
+
+
+def timed_fit(net, x, y, batch: int, before=None, timed=contextlib.nullcontext) -> float:
+    """The median train-step time of one epoch over `x`, `y`, after five
+    batches that trace and warm up. `before()` runs just before the timed
+    epoch, which runs inside the context manager `timed()`."""
+    import keras
+
+    ends = []
+
+    class Clock(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            ends.append(time.perf_counter())
+
+    net.fit(x[: batch * 5], y[: batch * 5], batch_size=batch, epochs=1, verbose=0)  # trace and warm up
+    if before is not None:
+        before()
+    with timed():
+        net.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[Clock()])
+    return statistics.median(b - a for a, b in zip(ends, ends[1:]))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", choices=["mlp", "cnn", "volume", "transformer", "lstm"], required=True)
@@ -102,7 +135,6 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
-    import numpy as np
 
     keras.utils.set_random_seed(7)
     strategy = None
@@ -115,32 +147,21 @@ def main() -> int:
         strategy = tf.distribute.MirroredStrategy([f"/device:{args.mirrored}:{i}" for i in range(args.replicas)])
     net, shape, batch = build(args.model, strategy)
     batch *= args.replicas
-    rng = np.random.default_rng(7)
-    if args.model == "transformer":
-        x = rng.integers(0, VOCABULARY, size=(batch * args.steps, *shape)).astype(np.int32)
-    else:
-        x = rng.random((batch * args.steps, *shape)).astype(np.float32)
-    y = rng.integers(0, 10, size=batch * args.steps).astype(np.int64)
-
-    ends = []
-
-    class Clock(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            ends.append(time.perf_counter())
-
-    net.fit(x[: batch * 5], y[: batch * 5], batch_size=batch, epochs=1, verbose=0)  # trace and warm up
-    ends.clear()
-    traffic = None
+    x, y = train_data(args.model, shape, batch, args.steps)
+    # The device-to-device bytes of the timed epoch, counted from after the warm-up.
+    traffic = []
+    read_traffic = None
     if args.mirrored and args.mirrored != "CPU":
         import tfwasm.traffic
 
-        traffic = tfwasm.traffic.read()
-    net.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[Clock()])
-    steps = [b - a for a, b in zip(ends, ends[1:])]
-    print(f"STEP_SECONDS {statistics.median(steps):.9f}")
-    print(f"SAMPLES_PER_SECOND {batch / statistics.median(steps):.3f}")
-    if traffic is not None:
-        moved = sum(d["device_to_device"]["bytes"] for d in tfwasm.traffic.since(traffic))
+        def read_traffic():
+            traffic.append(tfwasm.traffic.read())
+
+    step = timed_fit(net, x, y, batch, before=read_traffic)
+    print(f"STEP_SECONDS {step:.9f}")
+    print(f"SAMPLES_PER_SECOND {batch / step:.3f}")
+    if traffic:
+        moved = sum(d["device_to_device"]["bytes"] for d in tfwasm.traffic.since(traffic[0]))
         print(f"DEVICE_TO_DEVICE_BYTES {moved / args.steps:.0f}")
     print(f"WEIGHTS_ON {net.trainable_variables[0].value.device}")
     return 0

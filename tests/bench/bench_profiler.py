@@ -33,6 +33,7 @@ writing the file) and ``TRACE_BYTES`` (the ``.xplane.pb``'s size).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import os
 import shutil
@@ -51,36 +52,27 @@ sys.path.insert(0, str(HERE))
 def worker(model: str, steps: int, profile: bool) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
-    import numpy as np
     import tensorflow as tf
 
-    from bench_keras import build
+    from bench_keras import build, timed_fit, train_data
 
     keras.utils.set_random_seed(7)
     net, shape, batch = build(model)
-    rng = np.random.default_rng(7)
-    x = rng.random((batch * steps, *shape)).astype(np.float32)
-    y = rng.integers(0, 10, size=batch * steps).astype(np.int64)
-    ends = []
+    x, y = train_data(model, shape, batch, steps)
 
-    class Clock(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            ends.append(time.perf_counter())
-
-    net.fit(x[: batch * 5], y[: batch * 5], batch_size=batch, epochs=1, verbose=0)  # trace and warm up
-    ends.clear()
-    with tempfile.TemporaryDirectory() as logdir:
-        if profile:
+    @contextlib.contextmanager
+    def profiled():
+        with tempfile.TemporaryDirectory() as logdir:
             tf.profiler.experimental.start(logdir)
-        net.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[Clock()])
-        if profile:
+            yield
             started = time.perf_counter()
             tf.profiler.experimental.stop()
             print(f"COLLECT_SECONDS {time.perf_counter() - started:.6f}")
             files = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
             print(f"TRACE_BYTES {os.path.getsize(files[0]) if files else 0}")
-    steps_s = [b - a for a, b in zip(ends, ends[1:])]
-    print(f"STEP_SECONDS {statistics.median(steps_s):.9f}")
+
+    step = timed_fit(net, x, y, batch, timed=profiled if profile else contextlib.nullcontext)
+    print(f"STEP_SECONDS {step:.9f}")
     print(f"WEIGHTS_ON {net.trainable_variables[0].value.device}")
     return 0
 
