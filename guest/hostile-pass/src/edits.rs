@@ -27,6 +27,13 @@ pub enum Edit {
     UnknownOp,
     Cycle,
     NoKernel,
+    // Semantic edits (verify must catch these): see [`crate::semantic`].
+    /// A float32 `AddV2` on a path to a fetch or an update becomes `Sub`.
+    AddToSub,
+    /// A float32 `Const` feeding a variable update gets another value.
+    EditConst,
+    /// An `Assign*VariableOp` writes back what it read.
+    NeuterAssign,
 }
 
 /// What the edits need of `graph-context`.
@@ -61,6 +68,10 @@ pub fn apply(edit: Edit, graph: &[u8], context: &Context) -> Result<Answer, Stri
         Edit::UnknownOp => unknown_op(&mut graph, &context.device_type),
         Edit::Cycle => cycle(&mut graph),
         Edit::NoKernel => no_kernel(&mut graph, &context.device_type),
+        // Semantic edits (verify must catch these).
+        Edit::AddToSub => crate::semantic::add_to_sub(&mut graph),
+        Edit::EditConst => crate::semantic::edit_const(&mut graph),
+        Edit::NeuterAssign => crate::semantic::neuter_assign(&mut graph),
     };
     Ok(match touched {
         None => Answer::Unchanged,
@@ -69,7 +80,7 @@ pub fn apply(edit: Edit, graph: &[u8], context: &Context) -> Result<Answer, Stri
 }
 
 /// The node an input reads from: `x`, `x:2` and `^x` all name `x`.
-fn source_of(input: &str) -> &str {
+pub(crate) fn source_of(input: &str) -> &str {
     let input = input.strip_prefix('^').unwrap_or(input);
     match input.rsplit_once(':') {
         Some((name, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => name,

@@ -32,10 +32,21 @@
 //! | `trap` | panics | trapped … panicked |
 //! | `error` | returns an error | returned an error |
 //!
+//! Semantic modes ([`semantic`]): answers every check of the host accepts,
+//! but that compute something else; `tfwasm pass verify` must fail them,
+//! naming the node.
+//!
+//! | mode | what it does | what verify names |
+//! | --- | --- | --- |
+//! | `add-to-sub` | a float32 `AddV2` on a path to a fetch or an update becomes `Sub` | the node, upstream of a fetch or update that differs |
+//! | `edit-const` | a float32 `Const` feeding a variable update gets 0.5 added | the constant |
+//! | `neuter-assign` | an `Assign*VariableOp` writes back a read of its own variable | the assignment, and the variable that stopped learning |
+//!
 //! Built on `tfwasm-pass-sdk`, like the reference passes: everything is plain Rust, tested natively
 //! (`cargo test -p tfwasm-hostile-pass`).
 
 pub mod edits;
+pub mod semantic;
 
 pub use edits::Edit;
 use tfwasm_pass_sdk::{self as sdk, host, Pass};
@@ -55,7 +66,7 @@ pub enum Mode {
 
 impl Mode {
     /// Every mode, by its name in the policy.
-    pub const ALL: [(&'static str, Mode); 12] = [
+    pub const ALL: [(&'static str, Mode); 15] = [
         ("honest", Mode::Honest),
         ("slow", Mode::Slow),
         ("garbage", Mode::Edit(Edit::Garbage)),
@@ -68,6 +79,10 @@ impl Mode {
         ("loop", Mode::Loop),
         ("trap", Mode::Trap),
         ("error", Mode::Error),
+        // Semantic edits (verify must catch these).
+        ("add-to-sub", Mode::Edit(Edit::AddToSub)),
+        ("edit-const", Mode::Edit(Edit::EditConst)),
+        ("neuter-assign", Mode::Edit(Edit::NeuterAssign)),
     ];
 }
 
@@ -139,7 +154,7 @@ impl Pass for HostilePass {
     type Plan = Options;
 
     fn emits() -> Vec<&'static str> {
-        edits::EMITS.to_vec()
+        edits::EMITS.iter().chain(&semantic::EMITS).copied().collect()
     }
 
     fn plan(context: &sdk::Context) -> Result<(Options, Vec<String>), String> {
