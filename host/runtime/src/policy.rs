@@ -38,6 +38,11 @@ pub struct PassSection {
     /// The pass's SHA-256, if the operator pins it.
     #[serde(default)]
     pub sha256: Option<String>,
+    /// A report `tfwasm pass verify --report` wrote: the pass loads (and a
+    /// swap installs a file) only if the report records that file's digest,
+    /// under this entry's config, as verified ([`crate::passes::verified`]).
+    #[serde(default)]
+    pub verified: Option<PathBuf>,
     /// Reload the pass when its file changes (checked every few hundred ms).
     #[serde(default)]
     pub watch: bool,
@@ -267,6 +272,9 @@ impl Policy {
         for pass in &mut self.passes {
             if pass.path.is_relative() {
                 pass.path = base.join(&pass.path);
+            }
+            if let Some(report) = pass.verified.as_mut().filter(|r| r.is_relative()) {
+                *report = base.join(&*report);
             }
             for preopen in &mut pass.capabilities.preopens {
                 if preopen.host.is_relative() {

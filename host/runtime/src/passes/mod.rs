@@ -12,11 +12,13 @@
 //!   of what TensorFlow knows (its op registry, the device's kernels).
 //! - [`catalog`]: the device's kernel table, and the snapshot of
 //!   TensorFlow's registry that offline checks use.
+//! - [`verified`]: a policy's requirement that a pass passed `tfwasm pass verify`.
 //! - [`pipeline`]: pass programs (compiled, described, checked), and the
 //!   pipeline that runs them, swaps them and keeps their counters.
 
 pub mod catalog;
 pub mod pipeline;
 pub mod validate;
+pub mod verified;
 
 pub use pipeline::{PassProgram, PassStatus, Pipeline, RunContext, RunOutcome};

@@ -121,6 +121,9 @@ impl PassProgram {
             PassPre::new,
         )?;
         let Compiled { cached, sha256, .. } = compiled;
+        if let Some(report) = &section.verified {
+            super::verified::check(report, &sha256, &section.options()).map_err(load_err)?;
+        }
         let mut program = PassProgram {
             label: label.clone().into(),
             section: section.clone(),
