@@ -1,6 +1,9 @@
 //! `tfwasm pass check` and `tfwasm pass run` with the reference pass and
 //! with a guest that is not a pass.
 
+use std::path::Path;
+use std::process::Command;
+
 use crate::{guest, results, tfwasm, workspace};
 
 #[test]
@@ -117,4 +120,48 @@ fn a_pass_that_fails_every_graph_fails_every_check() {
     let checks = results(&out);
     assert!(checks.len() >= 15, "{out}");
     assert_eq!(checks.iter().filter(|(_, passed)| *passed).map(|(c, _)| c.as_str()).collect::<Vec<_>>(), ["load"]);
+}
+
+/// `tfwasm pass verify` needs TensorFlow, through Python: without an
+/// interpreter, or with one that cannot import TensorFlow, it says which
+/// and how to choose another (exit status 2), never a traceback.
+#[test]
+fn pass_verify_says_what_it_needs_when_tensorflow_is_missing() {
+    let pass = guest("tfwasm_fuse_pass.wasm");
+    let verify = |python: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tfwasm"))
+            .args(["pass", "verify", pass.to_str().unwrap()])
+            .env("TFWASM_PYTHON", python)
+            .env("PYTHONPATH", workspace().join("host/python"))
+            .output()
+            .expect("run tfwasm");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = verify("/nonexistent/python3");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cannot run /nonexistent/python3") && err.contains("TFWASM_PYTHON"), "{err}");
+    // A Python without TensorFlow (the system's, unless it has one).
+    let system = Path::new("/usr/bin/python3");
+    let has_tf = || Command::new(system).args(["-c", "import tensorflow"]).output().is_ok_and(|o| o.status.success());
+    if system.is_file() && !has_tf() {
+        let (code, err) = verify(system.to_str().unwrap());
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("cannot import tensorflow") && err.contains("TFWASM_PYTHON"), "{err}");
+        assert!(!err.contains("Traceback"), "{err}");
+    }
+}
+
+#[test]
+fn graph_golden_writes_the_graphs_pass_check_runs() {
+    let dir = std::env::temp_dir().join(format!("tfwasm-golden-{}", std::process::id()));
+    let (code, out) = tfwasm(&["graph", "golden", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let written: Vec<&str> = out.lines().collect();
+    assert_eq!(written.len(), 9, "{out}");
+    for path in written {
+        let name = Path::new(path).file_name().unwrap();
+        let fixture = workspace().join("tests/fixtures/graphs").join(name);
+        assert_eq!(std::fs::read(path).unwrap(), std::fs::read(fixture).unwrap(), "{path}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

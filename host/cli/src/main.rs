@@ -22,6 +22,11 @@
 //! - `tfwasm pass run PASS.wasm GRAPH.pb` and `tfwasm pass check
 //!   PASS.wasm`: a graph-optimizer pass through the plugin's pipeline and
 //!   checks, on a graph or on golden graphs from TensorFlow ([`pass`]).
+//! - `tfwasm pass verify PASS.wasm [GRAPH.pb…] [--report R.json]`: the
+//!   golden graphs (or these) run in TensorFlow before and after the pass;
+//!   delegated to `python -m tfwasm pass verify` ([`verify`]).
+//! - `tfwasm graph golden DIR`: writes the golden graphs `pass check` and
+//!   `pass verify` run.
 //! - `tfwasm profiler check PROFILER.wasm [-o trace.xplane.pb]`: a profiler
 //!   guest on recorded sessions, through the plugin's checks of its answer
 //!   ([`profiler`]).
@@ -32,6 +37,7 @@ mod info;
 mod pass;
 mod precompile;
 mod profiler;
+mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -138,6 +144,17 @@ enum PassCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Differential verification in TensorFlow's CPU runtime: each golden
+    /// graph (or each GRAPH.pb given) runs one step before and after the
+    /// pass with the same seeded feeds and variables; every fetch and every
+    /// variable's new value must agree. Runs `python -m tfwasm pass verify`
+    /// (TFWASM_PYTHON picks the Python, which needs TensorFlow); see
+    /// `tfwasm pass verify -- --help` for its options.
+    Verify {
+        /// PASS.wasm [GRAPH.pb ...] [--report R.json] [--config K=V] ...
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -204,6 +221,9 @@ enum GraphCommand {
     /// (map entries in key order): what a pass guest sees and answers. A
     /// name ending in `.pbtxt` is text format: the command also converts.
     Roundtrip { input: PathBuf, output: PathBuf },
+    /// Write the golden graphs (captured from TensorFlow; what `pass check`
+    /// and `pass verify` run) into DIR as NAME.pb.
+    Golden { dir: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -302,6 +322,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 profiler::print(&guest, &checks);
             }
             Ok(if checks.iter().all(|c| c.passed) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Pass { command: PassCommand::Verify { args } } => verify::run(&args),
+        Command::Graph { command: GraphCommand::Golden { dir } } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            for (name, graph) in pass::GOLDEN {
+                let path = dir.join(format!("{name}.pb"));
+                std::fs::write(&path, graph).with_context(|| format!("writing {}", path.display()))?;
+                println!("{}", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Graph { command: GraphCommand::Roundtrip { input, output } } => {
             let kept = graph::roundtrip(&input, &output)?;

@@ -16,7 +16,7 @@ use tfwasm_runtime::policy::PassSection;
 
 /// Graphs captured from TensorFlow 2.21 as it hands them to the optimizer
 /// (`tests/fixtures/graphs`): what `pass check` runs a pass on.
-const GOLDEN: &[(&str, &[u8])] = &[
+pub const GOLDEN: &[(&str, &[u8])] = &[
     ("keras_mlp_step", include_bytes!("../../../tests/fixtures/graphs/keras_mlp_step.pb")),
     ("keras_mlp_step_call", include_bytes!("../../../tests/fixtures/graphs/keras_mlp_step_call.pb")),
     ("keras_cnn_step", include_bytes!("../../../tests/fixtures/graphs/keras_cnn_step.pb")),

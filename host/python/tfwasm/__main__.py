@@ -1,4 +1,4 @@
-"""``python -m tfwasm {sweep,coverage} ...``"""
+"""``python -m tfwasm {sweep,coverage,pass verify} ...``"""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ def main(argv: list[str] | None = None) -> int:
         "usage: python -m tfwasm sweep [options]       compare every WASM kernel with TensorFlow's CPU device\n"
         "       python -m tfwasm coverage [options] -- SCRIPT [ARGS...]\n"
         "                                              run SCRIPT, report which ops ran on WASM and which on CPU\n"
+        "       python -m tfwasm pass verify PASS.wasm [GRAPH.pb ...] [--report R.json]\n"
+        "                                              run graphs before and after a pass in TensorFlow, compare\n"
         "Run a command with --help for its options."
     )
     if not argv or argv[0] in ("-h", "--help"):
@@ -25,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
         from tfwasm import coverage
 
         return coverage.main(rest)
+    if command == "pass" and rest[:1] == ["verify"]:
+        from tfwasm import verify
+
+        return verify.main(rest[1:])
     print(f"tfwasm: unknown command {command!r}\n{usage}", file=sys.stderr)
     return 2
 
