@@ -77,8 +77,13 @@ fn preserve_of(graph: &[u8]) -> Vec<String> {
 
 /// Runs `pipeline` on the Keras step with its realistic preserve list.
 fn run(pipeline: &Pipeline) -> RunOutcome {
+    run_on(pipeline, &keras_step())
+}
+
+/// Runs `pipeline` on `graph` (a golden graph's bytes) with its realistic preserve list.
+fn run_on(pipeline: &Pipeline, graph: &[u8]) -> RunOutcome {
     let catalog = Catalog::snapshot();
-    let graph = keras_step();
+    let graph = graph.to_vec();
     let preserve = preserve_of(&graph);
     let context = RunContext {
         device_type: "WASM",
@@ -86,6 +91,7 @@ fn run(pipeline: &Pipeline) -> RunOutcome {
         fetch: &preserve[..2],
         kernels: catalog.kernels(),
         catalog: &catalog,
+        device_count: 1,
     };
     pipeline.run(&graph, &context).expect("a failing pass never fails the run")
 }
@@ -97,8 +103,13 @@ fn status(pipeline: &Pipeline, slot: &str) -> PassStatus {
 /// One call of the hostile pass in `mode` fails for a reason containing
 /// every one of `why`: TensorFlow keeps its graph, and the pass list says so.
 fn fails(mode: &str, why: &[&str]) -> String {
+    fails_on(&keras_step(), mode, why)
+}
+
+/// [`fails`] on `graph`.
+fn fails_on(graph: &[u8], mode: &str, why: &[&str]) -> String {
     let pipeline = load(&[hostile(&[("mode", mode)])]);
-    let outcome = run(&pipeline);
+    let outcome = run_on(&pipeline, graph);
     assert!(outcome.graph.is_none(), "{mode}: TensorFlow must keep its own graph");
     assert!(outcome.rewrites.is_empty(), "{mode}: {:?}", outcome.rewrites);
     let [(slot, reason)] = &outcome.failures[..] else {
@@ -303,4 +314,75 @@ fn the_repo_policy_runs_the_hostile_pass() {
     let outcome = run(&pipeline);
     assert!(outcome.graph.is_none(), "TensorFlow keeps its graph");
     assert!(outcome.failures[0].1.contains("does not know"), "{:?}", outcome.failures);
+}
+
+fn golden(name: &str) -> Vec<u8> {
+    std::fs::read(workspace().join(format!("tests/fixtures/graphs/{name}.pb"))).unwrap()
+}
+
+#[test]
+fn a_device_that_does_not_exist_is_refused() {
+    // TensorFlow 2.21 segfaults partitioning a function with such a node.
+    fails(
+        "missing-device",
+        &["is placed on `/job:localhost/replica:0/task:0/device:WASM:9`", "no device of this process"],
+    );
+    fails("missing-cpu", &["`/job:localhost/replica:0/task:0/device:CPU:3`", "no device of this process"]);
+    fails("other-job", &["`/job:worker/replica:0/task:0/device:CPU:0`", "no device of this process"]);
+}
+
+#[test]
+fn what_tensorflows_importer_refuses_is_refused_first() {
+    fails("missing-input", &["data input(s), and its op takes"]);
+    fails("wrong-dtype", &["is float from", "expects double there"]);
+    fails("all-to-cpu", &["uses resource", "a resource is used on its own device"]);
+    fails("versions", &["changes the graph's versions"]);
+    // A Cast casting to what its readers do not take.
+    fails("cast-dst", &["expects", "there"]);
+}
+
+#[test]
+fn xla_turned_back_on_is_refused() {
+    // The call as the passes get it: the host's legalization turned XLA off.
+    let mut graph = GraphDef::decode(golden("jit_function_call").as_slice()).unwrap();
+    let mut cleared = 0;
+    for node in &mut graph.node {
+        if let Some(flag) = node.attr.get_mut("_XlaMustCompile") {
+            flag.value = Some(tfwasm_proto::graph::attr_value::Value::B(false));
+            cleared += 1;
+        }
+    }
+    assert!(cleared > 0, "the captured call asks for XLA");
+    fails_on(&graph.encode_to_vec(), "xla-on", &["XLA turned back on"]);
+}
+
+#[test]
+fn a_graph_grown_past_max_growth_is_refused() {
+    fails("grow", &["the given graph 28917", "more than the pass's max-growth allows"]);
+}
+
+#[test]
+fn a_log_flood_costs_the_log_budget() {
+    // A name of its own: a guest's log second is shared by its instances,
+    // and the other tests run the hostile pass at the same time.
+    let mut section = hostile(&[("mode", "log-flood")]);
+    section.name = "log-flood".into();
+    let pipeline = load(&[section]);
+    let log = logged(|| {
+        for _ in 0..3 {
+            let outcome = run(&pipeline);
+            assert!(outcome.failures[0].1.contains("exceeded its 200 ms deadline"), "{:?}", outcome.failures);
+        }
+        std::thread::sleep(Duration::from_millis(1100));
+        run(&pipeline);
+    });
+    let flood = log.lines().filter(|line| line.contains("never stops talking")).count();
+    // Each call may log 100 lines (limits.log-lines-per-call), and the
+    // calls share 200 a second: four calls in ~2 s, at most 400 lines.
+    assert!((100..=400).contains(&flood), "{flood} lines of the flood reached the log");
+    let bytes: usize = log.lines().filter(|line| line.contains("never stops talking")).map(|l| l.len() + 1).sum();
+    assert!(bytes < 4 * (64 << 10), "{bytes} bytes");
+    let dropped: Vec<&str> = log.lines().filter(|line| line.contains("dropped past its log budget")).collect();
+    assert!(!dropped.is_empty() && dropped.len() <= 3, "the drops are reported, at most once a second: {log}");
+    assert!(dropped[0].contains("pass 'log-flood'"), "{}", dropped[0]);
 }

@@ -37,7 +37,7 @@ fn profiler_guest(file: &str, name: &str, options: &[(&str, &str)]) -> Arc<Profi
         name: name.into(),
         path: guest(file),
         sha256: None,
-        limits: Limits { memory_bytes: 256 << 20, call_deadline_ms: 500 },
+        limits: Limits::with(256 << 20, 500),
         config: options.iter().map(|(k, v)| ((*k).to_owned(), toml::Value::String((*v).to_owned()))).collect(),
     };
     ProfilerProgram::load(&section, None).expect("the profiler guest loads")

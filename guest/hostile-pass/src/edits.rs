@@ -13,7 +13,10 @@ pub const UNKNOWN_OP: &str = "_HostileEverythingFused";
 
 /// `pass-info.emits`: every op an edit adds, so a refusal is about what the
 /// op is (unknown, or without a kernel), never that it was undeclared.
-pub const EMITS: [&str; 3] = [UNKNOWN_OP, "Const", "MatMul"];
+pub const EMITS: [&str; 4] = [UNKNOWN_OP, "Const", "MatMul", "NoOp"];
+
+/// Nodes [`Edit::Grow`] appends.
+pub const GROWTH: usize = 20_000;
 
 /// The node a dangling input names.
 pub const NOWHERE: &str = "hostile/nowhere";
@@ -27,6 +30,27 @@ pub enum Edit {
     UnknownOp,
     Cycle,
     NoKernel,
+    /// A node on the device moved to `device:TYPE:9`, which no policy here has.
+    MissingDevice,
+    /// A node on the device moved to `device:CPU:3`.
+    MissingCpu,
+    /// A node on the device moved to a CPU of `/job:worker`, which this process is not.
+    OtherJob,
+    /// A node on the device loses its last data input.
+    MissingInput,
+    /// A float node on the device claims `T: double`; its inputs stay float.
+    WrongDtype,
+    /// A `Cast` read by another node casts to another type than its readers take.
+    CastDst,
+    /// Every node on the device but the function's arguments and results
+    /// moves to the CPU: the variables they use stay on the device.
+    AllToCpu,
+    /// A call on the device asks for XLA again (`_XlaMustCompile: true`).
+    XlaOn,
+    /// The GraphDef's versions are changed.
+    Versions,
+    /// [`GROWTH`] `NoOp`s are appended.
+    Grow,
     // Semantic edits (verify must catch these): see [`crate::semantic`].
     /// A float32 `AddV2` on a path to a fetch or an update becomes `Sub`.
     AddToSub,
@@ -68,6 +92,27 @@ pub fn apply(edit: Edit, graph: &[u8], context: &Context) -> Result<Answer, Stri
         Edit::UnknownOp => unknown_op(&mut graph, &context.device_type),
         Edit::Cycle => cycle(&mut graph),
         Edit::NoKernel => no_kernel(&mut graph, &context.device_type),
+        Edit::MissingDevice => {
+            let device = format!("device:{}:9", context.device_type);
+            move_device_node(&mut graph, &context.device_type, &|prefix| format!("{prefix}/{device}"))
+        }
+        Edit::MissingCpu => {
+            move_device_node(&mut graph, &context.device_type, &|prefix| format!("{prefix}/device:CPU:3"))
+        }
+        Edit::OtherJob => {
+            move_device_node(&mut graph, &context.device_type, &|_| "/job:worker/replica:0/task:0/device:CPU:0".into())
+        }
+        Edit::MissingInput => missing_input(&mut graph, &context.device_type),
+        Edit::WrongDtype => wrong_dtype(&mut graph, &context.device_type),
+        Edit::CastDst => cast_dst(&mut graph),
+        Edit::AllToCpu => all_to_cpu(&mut graph, &context.device_type),
+        Edit::XlaOn => xla_on(&mut graph, &context.device_type),
+        Edit::Versions => {
+            let versions = graph.versions.get_or_insert_with(Default::default);
+            versions.producer += 1;
+            Some((String::new(), format!("versions.producer is now {}", versions.producer)))
+        }
+        Edit::Grow => grow(&mut graph),
         // Semantic edits (verify must catch these).
         Edit::AddToSub => crate::semantic::add_to_sub(&mut graph),
         Edit::EditConst => crate::semantic::edit_const(&mut graph),
@@ -192,6 +237,7 @@ fn no_kernel(graph: &mut GraphDef, device_type: &str) -> Option<(String, String)
     let constant = NodeDef {
         name: "hostile/float64".into(),
         op: "Const".into(),
+        device: device.clone(),
         attr: [
             ("dtype".to_string(), dtype(float64)),
             ("value".to_string(), AttrValue { value: Some(attr_value::Value::Tensor(matrix)) }),
@@ -218,6 +264,98 @@ fn no_kernel(graph: &mut GraphDef, device_type: &str) -> Option<(String, String)
     graph.node.push(constant);
     graph.node.push(gram);
     Some((name, format!("a float64 MatMul on the {device_type} device")))
+}
+
+/// The job, replica and task of a device name (`/job:localhost/replica:0/task:0`).
+fn prefix_of(device: &str) -> &str {
+    device.split_once("/device:").map_or("/job:localhost/replica:0/task:0", |(prefix, _)| prefix)
+}
+
+/// Whether `node` computes (is not an argument, result, constant or no-op).
+fn computes(node: &NodeDef) -> bool {
+    !matches!(node.op.as_str(), "_Arg" | "_Retval" | "Const" | "NoOp")
+}
+
+/// The first computing node on the device moves to `to(its prefix)`.
+fn move_device_node(graph: &mut GraphDef, device_type: &str, to: &dyn Fn(&str) -> String) -> Option<(String, String)> {
+    let node = graph.node.iter_mut().find(|n| on_device(n, device_type) && computes(n))?;
+    node.device = to(prefix_of(&node.device));
+    Some((node.name.clone(), format!("moved to {}", node.device)))
+}
+
+fn data_inputs(node: &NodeDef) -> usize {
+    node.input.iter().filter(|input| !input.starts_with('^')).count()
+}
+
+/// The first node on the device with two data inputs or more loses its last.
+fn missing_input(graph: &mut GraphDef, device_type: &str) -> Option<(String, String)> {
+    let node = graph.node.iter_mut().find(|n| on_device(n, device_type) && computes(n) && data_inputs(n) >= 2)?;
+    let last = data_inputs(node) - 1;
+    let dropped = node.input.remove(last);
+    Some((node.name.clone(), format!("lost its input {dropped}")))
+}
+
+/// The first float node on the device with a data input claims float64.
+fn wrong_dtype(graph: &mut GraphDef, device_type: &str) -> Option<(String, String)> {
+    let float = attr_value::Value::Type(DataType::DtFloat as i32);
+    let node = graph.node.iter_mut().find(|n| {
+        on_device(n, device_type)
+            && computes(n)
+            && data_inputs(n) >= 1
+            && n.attr.get("T").is_some_and(|t| t.value.as_ref() == Some(&float))
+    })?;
+    node.attr.insert("T".into(), AttrValue { value: Some(attr_value::Value::Type(DataType::DtDouble as i32)) });
+    Some((node.name.clone(), "T is now double; its inputs are float".into()))
+}
+
+/// The first `Cast` whose output another node reads casts to another type.
+fn cast_dst(graph: &mut GraphDef) -> Option<(String, String)> {
+    let read: std::collections::HashSet<String, foldhash::fast::FixedState> = graph
+        .node
+        .iter()
+        .flat_map(|n| n.input.iter().filter(|i| !i.starts_with('^')).map(|i| source_of(i).to_owned()))
+        .collect();
+    let node = graph.node.iter_mut().find(|n| n.op == "Cast" && read.contains(&n.name))?;
+    let float = DataType::DtFloat as i32;
+    let to = match node.attr.get("DstT").and_then(|t| t.value.as_ref()) {
+        Some(attr_value::Value::Type(t)) if *t == float => DataType::DtInt32 as i32,
+        _ => float,
+    };
+    node.attr.insert("DstT".into(), AttrValue { value: Some(attr_value::Value::Type(to)) });
+    Some((node.name.clone(), format!("DstT is now type {to}")))
+}
+
+/// Every node on the device but `_Arg`/`_Retval` moves to the graph's CPU.
+fn all_to_cpu(graph: &mut GraphDef, device_type: &str) -> Option<(String, String)> {
+    let cpu = format!("{}/device:CPU:0", prefix_of(&graph.node.iter().find(|n| on_device(n, device_type))?.device));
+    let mut moved = Vec::new();
+    for node in graph.node.iter_mut() {
+        if on_device(node, device_type) && !matches!(node.op.as_str(), "_Arg" | "_Retval") {
+            node.device = cpu.clone();
+            moved.push(node.name.clone());
+        }
+    }
+    let first = moved.first()?.clone();
+    Some((first, format!("{} nodes moved to {cpu}", moved.len())))
+}
+
+/// The first call on the device that was jit-compiled asks for XLA again.
+fn xla_on(graph: &mut GraphDef, device_type: &str) -> Option<(String, String)> {
+    let node = graph.node.iter_mut().find(|n| on_device(n, device_type) && n.attr.contains_key("_XlaMustCompile"))?;
+    node.attr.insert("_XlaMustCompile".into(), AttrValue { value: Some(attr_value::Value::B(true)) });
+    Some((node.name.clone(), "_XlaMustCompile is true again".into()))
+}
+
+/// [`GROWTH`] `NoOp`s on the first placed node's device.
+fn grow(graph: &mut GraphDef) -> Option<(String, String)> {
+    let device = graph.node.iter().find(|n| !n.device.is_empty()).map(|n| n.device.clone()).unwrap_or_default();
+    graph.node.extend((0..GROWTH).map(|i| NodeDef {
+        name: format!("hostile/grow/{i}"),
+        op: "NoOp".into(),
+        device: device.clone(),
+        ..Default::default()
+    }));
+    Some(("hostile/grow/0".into(), format!("{GROWTH} NoOps appended")))
 }
 
 #[cfg(test)]
@@ -322,6 +460,51 @@ mod tests {
         assert!(graph.node.iter().any(|n| n.name == gram.input[0] && n.op == "Const"));
         // Every op an edit adds is declared.
         assert!(EMITS.contains(&"MatMul") && EMITS.contains(&"Const"));
+    }
+
+    #[test]
+    fn structural_edits_spoil_one_thing_of_a_captured_step() {
+        let given = GraphDef::decode(KERAS_STEP).unwrap();
+        for edit in [Edit::MissingDevice, Edit::MissingCpu, Edit::OtherJob] {
+            let (graph, node) = spoiled(edit, KERAS_STEP, &context(&[]));
+            let device = &find(&graph, &node).device;
+            assert!(!given.node.iter().any(|n| &n.device == device), "{edit:?}: {device} is new");
+        }
+        let (graph, node) = spoiled(Edit::MissingInput, KERAS_STEP, &context(&[]));
+        let before = find(&given, &node);
+        assert_eq!(data_inputs(find(&graph, &node)) + 1, data_inputs(before));
+        let (graph, node) = spoiled(Edit::WrongDtype, KERAS_STEP, &context(&[]));
+        assert_eq!(find(&graph, &node).attr["T"].value, Some(attr_value::Value::Type(DataType::DtDouble as i32)));
+        let (graph, node) = spoiled(Edit::AllToCpu, KERAS_STEP, &context(&[]));
+        assert!(find(&graph, &node).device.ends_with("/device:CPU:0"));
+        assert!(graph.node.iter().all(|n| !on_device(n, "WASM") || n.op == "_Arg" || n.op == "_Retval"));
+        let (graph, _) = spoiled(Edit::Versions, KERAS_STEP, &context(&[]));
+        assert_ne!(graph.versions, given.versions);
+        let (graph, _) = spoiled(Edit::Grow, KERAS_STEP, &context(&[]));
+        assert_eq!(graph.node.len(), given.node.len() + GROWTH);
+    }
+
+    #[test]
+    fn cast_and_xla_edits_find_their_nodes() {
+        let mut graph = GraphDef::decode(small().as_slice()).unwrap();
+        graph.node.push(node("cast", "Cast", &["x"], WASM));
+        graph
+            .node
+            .last_mut()
+            .unwrap()
+            .attr
+            .insert("DstT".into(), AttrValue { value: Some(attr_value::Value::Type(DataType::DtFloat as i32)) });
+        let bytes = graph.encode_to_vec();
+        assert_eq!(apply(Edit::CastDst, &bytes, &context(&[])).unwrap(), Answer::Unchanged, "nobody reads it");
+        graph.node[1].input[0] = "cast".into();
+        let (spoilt, node) = spoiled(Edit::CastDst, &graph.encode_to_vec(), &context(&[]));
+        assert_eq!(node, "cast");
+        assert_eq!(find(&spoilt, "cast").attr["DstT"].value, Some(attr_value::Value::Type(DataType::DtInt32 as i32)));
+
+        assert_eq!(apply(Edit::XlaOn, &small(), &context(&[])).unwrap(), Answer::Unchanged);
+        graph.node[1].attr.insert("_XlaMustCompile".into(), AttrValue { value: Some(attr_value::Value::B(false)) });
+        let (spoilt, node) = spoiled(Edit::XlaOn, &graph.encode_to_vec(), &context(&[]));
+        assert_eq!(find(&spoilt, &node).attr["_XlaMustCompile"].value, Some(attr_value::Value::B(true)));
     }
 
     #[test]

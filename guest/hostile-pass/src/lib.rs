@@ -31,6 +31,17 @@
 //! | `loop` | never returns | exceeded its deadline |
 //! | `trap` | panics | trapped … panicked |
 //! | `error` | returns an error | returned an error |
+//! | `missing-device` | moves a node on the device to `device:TYPE:9` | … no device of this process |
+//! | `missing-cpu` | moves it to `device:CPU:3` | … no device of this process |
+//! | `other-job` | moves it to a CPU of `/job:worker` | … no device of this process |
+//! | `missing-input` | drops the last data input of a node on the device | … data input(s), and its op takes … |
+//! | `wrong-dtype` | a float node on the device claims `T: double` | … expects double there |
+//! | `cast-dst` | a read `Cast` casts to another type | … expects … there |
+//! | `all-to-cpu` | every node on the device but arguments and results moves to the CPU | … a resource is used on its own device |
+//! | `xla-on` | a jit call on the device asks for XLA again | … XLA turned back on |
+//! | `versions` | changes the GraphDef's versions | … never the versions |
+//! | `grow` | appends 20,000 `NoOp`s | … more than the pass's max-growth allows |
+//! | `log-flood` | logs a warning in a loop until its deadline | exceeded its deadline; its lines past the log budget are dropped |
 //!
 //! Semantic modes ([`semantic`]): answers every check of the host accepts,
 //! but that compute something else; `tfwasm pass verify` must fail them,
@@ -62,11 +73,13 @@ pub enum Mode {
     Loop,
     Trap,
     Error,
+    /// Logs warnings in a loop until the host's deadline stops it.
+    LogFlood,
 }
 
 impl Mode {
     /// Every mode, by its name in the policy.
-    pub const ALL: [(&'static str, Mode); 15] = [
+    pub const ALL: [(&'static str, Mode); 26] = [
         ("honest", Mode::Honest),
         ("slow", Mode::Slow),
         ("garbage", Mode::Edit(Edit::Garbage)),
@@ -79,6 +92,17 @@ impl Mode {
         ("loop", Mode::Loop),
         ("trap", Mode::Trap),
         ("error", Mode::Error),
+        ("missing-device", Mode::Edit(Edit::MissingDevice)),
+        ("missing-cpu", Mode::Edit(Edit::MissingCpu)),
+        ("other-job", Mode::Edit(Edit::OtherJob)),
+        ("missing-input", Mode::Edit(Edit::MissingInput)),
+        ("wrong-dtype", Mode::Edit(Edit::WrongDtype)),
+        ("cast-dst", Mode::Edit(Edit::CastDst)),
+        ("all-to-cpu", Mode::Edit(Edit::AllToCpu)),
+        ("xla-on", Mode::Edit(Edit::XlaOn)),
+        ("versions", Mode::Edit(Edit::Versions)),
+        ("grow", Mode::Edit(Edit::Grow)),
+        ("log-flood", Mode::LogFlood),
         // Semantic edits (verify must catch these).
         ("add-to-sub", Mode::Edit(Edit::AddToSub)),
         ("edit-const", Mode::Edit(Edit::EditConst)),
@@ -187,6 +211,16 @@ impl Pass for HostilePass {
                 let mut spins = 0u64;
                 loop {
                     spins = std::hint::black_box(spins.wrapping_add(1));
+                }
+            }
+            Mode::LogFlood => {
+                let mut line = 0u64;
+                loop {
+                    line += 1;
+                    host::log(
+                        host::Level::Warn,
+                        &format!("mode = \"log-flood\": line {line} of a pass that never stops talking"),
+                    );
                 }
             }
             Mode::Huge => Ok(rewritten(huge_answer(graph), String::new(), "copies of the graph".into())),

@@ -50,7 +50,8 @@ fn run_once(
     catalog: &Catalog,
 ) -> Result<(Run, Option<Vec<u8>>)> {
     let before = GraphDef::decode(graph).with_context(|| format!("{name} is not a serialized GraphDef"))?;
-    let context = RunContext { device_type: "WASM", preserve, fetch: &[], kernels: catalog.kernels(), catalog };
+    let context =
+        RunContext { device_type: "WASM", preserve, fetch: &[], kernels: catalog.kernels(), catalog, device_count: 1 };
     let started = Instant::now();
     let outcome = pipeline.run(graph, &context).map_err(|e| anyhow!("{e}"))?;
     let milliseconds = started.elapsed().as_secs_f64() * 1e3;

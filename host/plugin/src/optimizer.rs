@@ -38,6 +38,8 @@ pub struct Item<'a> {
     pub fetch: &'a [String],
     /// Whether our scatter ops are registered (sparse-update rewrite).
     pub scatter: bool,
+    /// How many devices of the type the process has.
+    pub device_count: usize,
 }
 
 /// Runs the three stages on `graph` for nodes placed on `device_type`.
@@ -57,7 +59,14 @@ pub fn optimize(
         (Some(pipeline), Some(preserve)) => {
             let preserve: Vec<String> =
                 preserve.iter().map(|name| String::from_utf8_lossy(name).into_owned()).collect();
-            let context = RunContext { device_type, preserve: &preserve, fetch: item.fetch, kernels, catalog };
+            let context = RunContext {
+                device_type,
+                preserve: &preserve,
+                fetch: item.fetch,
+                kernels,
+                catalog,
+                device_count: item.device_count,
+            };
             let outcome = pipeline.run(&legal, &context)?;
             if tracing::enabled!(tracing::Level::DEBUG) {
                 for rewrite in &outcome.rewrites {

@@ -55,14 +55,23 @@ pub struct PassSection {
     /// Options handed to every `optimize` call as `context.options`.
     #[serde(default)]
     pub config: toml::Table,
+    /// How many times larger than the graph it was given (in bytes and in
+    /// nodes, beyond a small allowance) an answer may be before it is
+    /// refused: a pass that inlines or unrolls may grow a graph, one that
+    /// appends copies should not reach TensorFlow.
+    #[serde(default = "PassSection::default_max_growth")]
+    pub max_growth: f64,
 }
 
 impl PassSection {
     fn default_enabled() -> bool {
         true
     }
+    fn default_max_growth() -> f64 {
+        4.0
+    }
     fn default_limits() -> Limits {
-        Limits { memory_bytes: 256 << 20, call_deadline_ms: 2000 }
+        Limits::with(256 << 20, 2000)
     }
 
     /// `[pass.config]` flattened to the key/value strings the pass receives.
@@ -92,6 +101,17 @@ pub struct Limits {
     pub memory_bytes: u64,
     #[serde(default = "Limits::default_deadline")]
     pub call_deadline_ms: u64,
+    /// Lines and bytes the guest may log (through its world's `log` import)
+    /// in one call and in one second; past either budget its lines are
+    /// dropped, and the host says how many, at most once a second.
+    #[serde(default = "Limits::default_log_lines_per_call")]
+    pub log_lines_per_call: u32,
+    #[serde(default = "Limits::default_log_bytes_per_call")]
+    pub log_bytes_per_call: u64,
+    #[serde(default = "Limits::default_log_lines_per_second")]
+    pub log_lines_per_second: u32,
+    #[serde(default = "Limits::default_log_bytes_per_second")]
+    pub log_bytes_per_second: u64,
 }
 
 impl Limits {
@@ -101,11 +121,35 @@ impl Limits {
     fn default_deadline() -> u64 {
         250
     }
+    fn default_log_lines_per_call() -> u32 {
+        100
+    }
+    fn default_log_bytes_per_call() -> u64 {
+        64 << 10
+    }
+    fn default_log_lines_per_second() -> u32 {
+        200
+    }
+    fn default_log_bytes_per_second() -> u64 {
+        128 << 10
+    }
+
+    /// These limits with another memory cap and deadline.
+    pub fn with(memory_bytes: u64, call_deadline_ms: u64) -> Limits {
+        Limits { memory_bytes, call_deadline_ms, ..Limits::default() }
+    }
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { memory_bytes: Self::default_memory(), call_deadline_ms: Self::default_deadline() }
+        Limits {
+            memory_bytes: Self::default_memory(),
+            call_deadline_ms: Self::default_deadline(),
+            log_lines_per_call: Self::default_log_lines_per_call(),
+            log_bytes_per_call: Self::default_log_bytes_per_call(),
+            log_lines_per_second: Self::default_log_lines_per_second(),
+            log_bytes_per_second: Self::default_log_bytes_per_second(),
+        }
     }
 }
 
@@ -157,7 +201,7 @@ pub struct ProfilerGuestSection {
 
 impl ProfilerGuestSection {
     fn default_limits() -> Limits {
-        Limits { memory_bytes: 512 << 20, call_deadline_ms: 5000 }
+        Limits::with(512 << 20, 5000)
     }
 
     /// `[profiler.guest.config]` flattened to the key/value strings the guest receives.

@@ -148,6 +148,7 @@ unsafe extern "C" fn optimize(
             preserve: preserved.as_ref(),
             fetch: &fetch,
             scatter: super::kernels::scatter_ops_registered(),
+            device_count: super::stream_executor::platform().map_or(1, |platform| platform.devices.len()),
         };
         let catalog = TensorflowOps { kernels: super::kernels::kernel_table() };
         let output = crate::optimizer::optimize(input, device_type, &item, catalog.kernels, &catalog)?;

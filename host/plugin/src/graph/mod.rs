@@ -143,7 +143,9 @@ pub fn legalize_before_passes(graph: &[u8], device_type: &str, scatter: bool) ->
 }
 
 /// The second half of the host's legalization, after the pass pipeline:
-/// with TensorFlow's list of nodes to keep, loop variables of a
+/// what the first half turned off stays off (the passes' checks refuse an
+/// answer that turns XLA back on on the device; this holds whatever a
+/// check misses); with TensorFlow's list of nodes to keep, loop variables of a
 /// `TensorList` summed on the CPU are carried there; with `host_edges`,
 /// tensors crossing between the CPU device and ours do so in host memory
 /// (inputs only when `preserve` is unknown: any output may be a fetch).
@@ -154,6 +156,15 @@ pub fn legalize_after_passes(
     host_edges: bool,
 ) -> Result<Vec<u8>, GraphError> {
     let mut graph = graph;
+    let cleared = xla::clear_must_compile(&graph, device_type)?;
+    if !cleared.nodes.is_empty() {
+        tracing::warn!(
+            "tfwasm: after the passes, {} call(s) on {device_type} asked for XLA again (first: {}): turned off",
+            cleared.nodes.len(),
+            cleared.nodes[0]
+        );
+        graph = cleared.graph;
+    }
     if let Some(preserve) = preserve {
         let moved = variant_loops::carry_on_cpu(&graph, device_type, preserve)?;
         if !moved.nodes.is_empty() {

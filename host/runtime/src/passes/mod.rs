@@ -10,6 +10,8 @@
 //!
 //! - [`validate`]: the checks of an answer, against an [`validate::OpCatalog`]
 //!   of what TensorFlow knows (its op registry, the device's kernels).
+//! - [`types`]: a node's input and output types and attributes against its
+//!   op's signature, as TensorFlow's importer checks them.
 //! - [`catalog`]: the device's kernel table, and the snapshot of
 //!   TensorFlow's registry that offline checks use.
 //! - [`verified`]: a policy's requirement that a pass passed `tfwasm pass verify`.
@@ -18,6 +20,7 @@
 
 pub mod catalog;
 pub mod pipeline;
+pub mod types;
 pub mod validate;
 pub mod verified;
 

@@ -215,6 +215,8 @@ pub struct RunContext<'a> {
     pub fetch: &'a [String],
     pub kernels: &'a KernelTable,
     pub catalog: &'a dyn OpCatalog,
+    /// How many devices of `device_type` the process has.
+    pub device_count: usize,
 }
 
 /// One rewrite a pass reported.
@@ -497,6 +499,8 @@ impl Pipeline {
                     device_type: context.device_type,
                     preserve: context.preserve,
                     emits: &program.described.emits,
+                    device_count: context.device_count,
+                    max_growth: program.section.max_growth,
                 };
                 let checked = check_answer(given, &rewritten.graph, &expect, context.catalog)
                     .map_err(|refusal| format!("its answer was refused: {refusal}"))?;

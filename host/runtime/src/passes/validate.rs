@@ -8,10 +8,20 @@
 //! node's op has; every op is one TensorFlow knows or a function of the
 //! graph's library; the nodes TensorFlow asked to keep are there with the
 //! same outputs; no cycle appears that the given graph did not have (a
-//! loop's back edge, out of `NextIteration`, is not one); and each node the
-//! pass added or changed has a well-formed device string, an op the pass
-//! declared it may emit (when the op is new to the graph), and, when placed
-//! on the device, a kernel there.
+//! loop's back edge, out of `NextIteration`, is not one); the answer is not
+//! much larger than the graph (the pass's `max-growth`), keeps the graph's
+//! versions and function library; and each node the pass added or changed
+//! is placed on a device that exists in this process (a device TensorFlow
+//! cannot find makes it crash partitioning the function), keeps a
+//! function's arguments and results where they were, leaves XLA off on
+//! the device, has attributes its op defines, an op the pass declared it may
+//! emit (when the op is new to the graph), inputs of the count and types
+//! its op takes, resources on its own device (see [`super::types`]), and,
+//! when placed on the device, a kernel there.
+//!
+//! Each of these is something TensorFlow 2.21 was seen to do with an answer
+//! that lacked it: crash, fail the step, or (for a type mismatch) run the
+//! function unoptimized, dropping every other pass's rewrite with it.
 //!
 //! What TensorFlow knows is behind [`OpCatalog`]: in the plugin,
 //! TensorFlow's own op registry and the device's kernel table; offline, a
@@ -21,6 +31,8 @@ use std::collections::{HashMap, HashSet};
 
 use tfwasm_proto::graph::{attr_value, AttrValue, GraphDef, NodeDef, OpDef};
 use tfwasm_proto::prost::Message;
+
+use super::types::{self, Signature};
 
 /// What the host knows about ops and kernels.
 pub trait OpCatalog {
@@ -40,6 +52,19 @@ pub struct Expectations<'a> {
     pub preserve: &'a [String],
     /// Op types the pass declared it may add (`pass-info.emits`).
     pub emits: &'a [String],
+    /// How many devices of `device_type` this process has: a node may be
+    /// placed on one of them or on a device the given graph uses, no other.
+    pub device_count: usize,
+    /// How much larger than the given graph an answer may be, in bytes and
+    /// in nodes (beyond a fixed allowance for small graphs).
+    pub max_growth: f64,
+}
+
+impl Expectations<'_> {
+    /// Nodes an answer may add beyond `max_growth` times the given count.
+    pub const NODE_ALLOWANCE: usize = 256;
+    /// Bytes an answer may add beyond `max_growth` times the given size.
+    pub const BYTE_ALLOWANCE: usize = 64 << 10;
 }
 
 /// Why an answer was refused. Each names the node at fault.
@@ -73,6 +98,35 @@ pub enum Refusal {
     BadDevice { node: String, device: String },
     #[error("node `{node}` ({op}) is placed on the {device_type} device, which has no kernel for it")]
     NoKernel { node: String, op: String, device_type: String },
+    #[error(
+        "node `{node}` is placed on `{device}`, which is no device of this process (TensorFlow would crash \
+         partitioning the function)"
+    )]
+    NoSuchDevice { node: String, device: String },
+    #[error("node `{node}` ({op}) has {got} data input(s), and its op takes {expected}")]
+    Arity { node: String, op: String, expected: usize, got: usize },
+    #[error("input {index} of node `{node}` ({op}) is {actual} from `{input}`, and the op expects {expected} there")]
+    TypeMismatch { node: String, op: String, index: usize, input: String, actual: String, expected: String },
+    #[error("node `{node}` ({op}): {problem}")]
+    BadAttr { node: String, op: String, problem: String },
+    #[error(
+        "node `{node}` on `{device}` uses resource `{input}`, which lives on `{resource_device}`: a resource is \
+         used on its own device"
+    )]
+    ResourceElsewhere { node: String, device: String, input: String, resource_device: String },
+    #[error(
+        "node `{node}` is an argument or result of the function, which lives where the caller put it (`{from}`); \
+         the answer moves it to `{to}`"
+    )]
+    MovedArgument { node: String, from: String, to: String },
+    #[error("the answer changes the graph's versions; a pass rewrites nodes, never the versions")]
+    ChangedVersions,
+    #[error("the answer changes function `{0}` of the graph's library; a pass rewrites the graph's own nodes")]
+    ChangedLibrary(String),
+    #[error("node `{0}` is a call placed on the device with XLA turned back on (`_XlaMustCompile`), which the host turned off")]
+    XlaReenabled(String),
+    #[error("the answer has {answer} {what}, the given graph {given}: more than the pass's max-growth allows")]
+    Growth { what: &'static str, given: usize, answer: usize },
 }
 
 /// Checks `answer`, the bytes a pass returned for `given`; returns the
@@ -83,7 +137,21 @@ pub fn check_answer(
     expect: &Expectations<'_>,
     catalog: &dyn OpCatalog,
 ) -> Result<GraphDef, Refusal> {
+    let allowed = |given: usize, allowance: usize| (given as f64 * expect.max_growth.max(1.0)) as usize + allowance;
+    let given_bytes = given.encoded_len();
+    if answer.len() > allowed(given_bytes, Expectations::BYTE_ALLOWANCE) {
+        return Err(Refusal::Growth { what: "bytes", given: given_bytes, answer: answer.len() });
+    }
     let graph = GraphDef::decode(answer).map_err(|e| Refusal::Unparseable(e.to_string()))?;
+    if graph.node.len() > allowed(given.node.len(), Expectations::NODE_ALLOWANCE) {
+        return Err(Refusal::Growth { what: "nodes", given: given.node.len(), answer: graph.node.len() });
+    }
+    if graph.versions != given.versions {
+        return Err(Refusal::ChangedVersions);
+    }
+    if graph.library != given.library {
+        return Err(Refusal::ChangedLibrary(changed_function(given, &graph)));
+    }
     let signatures = Signatures::new(&graph, catalog);
     let mut outputs: HashMap<&str, usize> = HashMap::with_capacity(graph.node.len());
     for node in &graph.node {
@@ -143,12 +211,30 @@ pub fn check_answer(
         .map(|s| s.name.as_str())
         .collect();
     let on_device = format!("device:{}:", expect.device_type);
+    let devices = Devices::of(given, expect.device_type, expect.device_count);
+    let untouched = |node: &NodeDef| given_nodes.get(node.name.as_str()).is_some_and(|before| *before == node);
     for node in &graph.node {
-        if given_nodes.get(node.name.as_str()).is_some_and(|before| *before == node) {
+        if untouched(node) {
             continue; // TensorFlow's own node, untouched
         }
         if !well_formed_device(&node.device) {
             return Err(Refusal::BadDevice { node: node.name.clone(), device: node.device.clone() });
+        }
+        if !devices.has(&node.device) {
+            return Err(Refusal::NoSuchDevice { node: node.name.clone(), device: node.device.clone() });
+        }
+        if node.device.contains(&on_device) && must_compile(node) {
+            let before = given_nodes.get(node.name.as_str()).is_some_and(|before| must_compile(before));
+            if !before {
+                return Err(Refusal::XlaReenabled(node.name.clone()));
+            }
+        }
+        if !library.contains(node.op.as_str()) {
+            if let Some(op) = signatures.op(&node.op) {
+                if let Some(problem) = types::attr_problem(node, &op) {
+                    return Err(Refusal::BadAttr { node: node.name.clone(), op: node.op.clone(), problem });
+                }
+            }
         }
         if !given_ops.contains(node.op.as_str())
             && !library.contains(node.op.as_str())
@@ -156,6 +242,20 @@ pub fn check_answer(
         {
             return Err(Refusal::Undeclared { node: node.name.clone(), op: node.op.clone() });
         }
+        if matches!(node.op.as_str(), "_Arg" | "_Retval") {
+            if let Some(before) = given_nodes.get(node.name.as_str()).filter(|before| before.device != node.device) {
+                return Err(Refusal::MovedArgument {
+                    node: node.name.clone(),
+                    from: before.device.clone(),
+                    to: node.device.clone(),
+                });
+            }
+        }
+    }
+    // The edges before the kernels: a node whose inputs TensorFlow would not
+    // import is refused for that, whatever its types would run on.
+    check_edges(given, &graph, &signatures, &untouched)?;
+    for node in graph.node.iter().filter(|node| !untouched(node)) {
         if node.device.contains(&on_device)
             && !library.contains(node.op.as_str())
             && !catalog.has_kernel(node)
@@ -169,6 +269,160 @@ pub fn check_answer(
         }
     }
     Ok(graph)
+}
+
+/// The edges TensorFlow's importer checks, for every node the pass added
+/// or changed and every node reading one: as many data inputs as the op
+/// takes, each of the type it expects; and a resource used on the device
+/// it lives on (unless TensorFlow's own graph had that edge so: a call may
+/// take resources of several devices).
+fn check_edges(
+    given: &GraphDef,
+    graph: &GraphDef,
+    signatures: &Signatures<'_>,
+    untouched: &dyn Fn(&NodeDef) -> bool,
+) -> Result<(), Refusal> {
+    let nodes: HashMap<&str, &NodeDef> = graph.node.iter().map(|n| (n.name.as_str(), n)).collect();
+    let given_nodes: HashMap<&str, &NodeDef> = given.node.iter().map(|n| (n.name.as_str(), n)).collect();
+    let touched: HashSet<&str> = graph.node.iter().filter(|n| !untouched(n)).map(|n| n.name.as_str()).collect();
+    if touched.is_empty() {
+        return Ok(());
+    }
+    for node in &graph.node {
+        let data: Vec<(&str, usize)> = node
+            .input
+            .iter()
+            .filter_map(|input| match parse_input(input) {
+                Some((source, Some(port))) => Some((source, port)),
+                _ => None,
+            })
+            .collect();
+        let is_touched = touched.contains(node.name.as_str());
+        if !is_touched && !data.iter().any(|(source, _)| touched.contains(source)) {
+            continue;
+        }
+        let signature = match signatures.signature(node) {
+            Ok(signature) => signature,
+            // TensorFlow's own node, whose signature this check cannot
+            // tell: TensorFlow judges it, as before the pass.
+            Err(_) if !is_touched => continue,
+            Err(reason) => return Err(Refusal::Uncountable { node: node.name.clone(), reason }),
+        };
+        if signature.inputs.len() != data.len() {
+            return Err(Refusal::Arity {
+                node: node.name.clone(),
+                op: node.op.clone(),
+                expected: signature.inputs.len(),
+                got: data.len(),
+            });
+        }
+        for (index, (&(source, port), &expected)) in data.iter().zip(&signature.inputs).enumerate() {
+            let Some(source_node) = nodes.get(source) else { continue };
+            let Ok(source_signature) = signatures.signature(source_node) else { continue };
+            let Some(&actual) = source_signature.outputs.get(port) else { continue };
+            if !types::compatible(expected, actual) {
+                return Err(Refusal::TypeMismatch {
+                    node: node.name.clone(),
+                    op: node.op.clone(),
+                    index,
+                    input: node.input[index].clone(),
+                    actual: types::type_name(actual),
+                    expected: types::type_name(expected),
+                });
+            }
+            if expected == types::DT_RESOURCE
+                && source_node.device != node.device
+                && !source_node.device.is_empty()
+                && !node.device.is_empty()
+            {
+                let before = given_nodes.get(node.name.as_str()).zip(given_nodes.get(source));
+                let tensorflows_own = before.is_some_and(|(before, source_before)| {
+                    before.device == node.device
+                        && source_before.device == source_node.device
+                        && before.input.get(index) == node.input.get(index)
+                });
+                if !tensorflows_own {
+                    return Err(Refusal::ResourceElsewhere {
+                        node: node.name.clone(),
+                        device: node.device.clone(),
+                        input: node.input[index].clone(),
+                        resource_device: source_node.device.clone(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `node` asks XLA to compile it (`_XlaMustCompile: true`).
+fn must_compile(node: &NodeDef) -> bool {
+    node.attr.get("_XlaMustCompile").is_some_and(|v| matches!(v.value, Some(attr_value::Value::B(true))))
+}
+
+/// The name of a function the answer's library changed, added or dropped.
+fn changed_function(given: &GraphDef, answer: &GraphDef) -> String {
+    let functions = |graph: &GraphDef| -> HashMap<String, Vec<u8>> {
+        graph
+            .library
+            .iter()
+            .flat_map(|l| &l.function)
+            .map(|f| (f.signature.as_ref().map(|s| s.name.clone()).unwrap_or_default(), f.encode_to_vec()))
+            .collect()
+    };
+    let (before, after) = (functions(given), functions(answer));
+    let mut names: Vec<&String> =
+        before.keys().chain(after.keys()).filter(|n| before.get(*n) != after.get(*n)).collect();
+    names.sort();
+    names.first().map(|n| n.to_string()).unwrap_or_else(|| "(gradients or the library's other fields)".into())
+}
+
+/// The devices a node of an answer may be placed on: those the given graph
+/// uses, and each of this process's devices of the host's type and the CPU
+/// every TensorFlow task has (`CPU:0`) under every job, replica and task
+/// the given graph names. An empty device only when
+/// the given graph has unplaced nodes too.
+struct Devices {
+    names: HashSet<String>,
+    unplaced: bool,
+}
+
+impl Devices {
+    fn of(given: &GraphDef, device_type: &str, count: usize) -> Devices {
+        let mut names: HashSet<String> = HashSet::new();
+        let mut unplaced = false;
+        for node in &given.node {
+            if node.device.is_empty() {
+                unplaced = true;
+                continue;
+            }
+            if names.contains(&node.device) {
+                continue;
+            }
+            if let Some((prefix, _)) = node.device.split_once("/device:") {
+                if prefix.starts_with("/job:") {
+                    names.extend((0..count).map(|i| format!("{prefix}/device:{device_type}:{i}")));
+                    names.insert(format!("{prefix}/device:CPU:0"));
+                }
+            }
+            names.insert(node.device.clone());
+        }
+        if !names.iter().any(|name| name.starts_with("/job:")) {
+            // A graph placed nowhere yet: the process's own job.
+            let prefix = "/job:localhost/replica:0/task:0";
+            names.extend((0..count).map(|i| format!("{prefix}/device:{device_type}:{i}")));
+            names.insert(format!("{prefix}/device:CPU:0"));
+        }
+        Devices { names, unplaced }
+    }
+
+    fn has(&self, device: &str) -> bool {
+        if device.is_empty() {
+            self.unplaced
+        } else {
+            self.names.contains(device)
+        }
+    }
 }
 
 /// Whether TensorFlow itself placed a node of `node`'s op and types on the
@@ -224,21 +478,32 @@ impl<'a> Signatures<'a> {
         Signatures { catalog, functions, known: Default::default() }
     }
 
+    /// TensorFlow's definition of `op` (cached), not a library function's.
+    fn op(&self, op: &str) -> Option<std::rc::Rc<OpDef>> {
+        if let Some(def) = self.known.borrow().get(op) {
+            return def.clone();
+        }
+        let def = self.catalog.op_def(op).map(std::rc::Rc::new);
+        self.known.borrow_mut().insert(op.to_owned(), def.clone());
+        def
+    }
+
+    /// `node`'s input and output types, or why they cannot be told.
+    fn signature(&self, node: &NodeDef) -> Result<Signature, String> {
+        if let Some(signature) = self.functions.get(node.op.as_str()) {
+            return types::signature(node, signature);
+        }
+        let def = self.op(&node.op).ok_or_else(|| format!("TensorFlow has no op {}", node.op))?;
+        types::signature(node, &def)
+    }
+
     /// How many outputs `node` has.
     fn outputs(&self, node: &NodeDef) -> Result<usize, Refusal> {
         let unknown = || Refusal::UnknownOp { node: node.name.clone(), op: node.op.clone() };
         if let Some(signature) = self.functions.get(node.op.as_str()) {
             return count_outputs(node, signature);
         }
-        let cached = self.known.borrow().get(&node.op).cloned();
-        let def = match cached {
-            Some(def) => def,
-            None => {
-                let def = self.catalog.op_def(&node.op).map(std::rc::Rc::new);
-                self.known.borrow_mut().insert(node.op.clone(), def.clone());
-                def
-            }
-        };
+        let def = self.op(&node.op);
         count_outputs(node, def.as_deref().ok_or_else(unknown)?)
     }
 }
@@ -351,8 +616,8 @@ pub fn well_formed_device(device: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tfwasm_proto::graph::op_def::ArgDef;
-    use tfwasm_proto::graph::{FunctionDef, FunctionDefLibrary};
+    use tfwasm_proto::graph::op_def::{ArgDef, AttrDef};
+    use tfwasm_proto::graph::{FunctionDef, FunctionDefLibrary, VersionDef};
 
     /// A catalog of a few ops: `Const` (1 output), `Add` (1), `Split`
     /// (`num_split` outputs), `NoOp` (0), `NextIteration`, `Merge` (2);
@@ -361,19 +626,27 @@ mod tests {
 
     impl OpCatalog for Ops {
         fn op_def(&self, op: &str) -> Option<OpDef> {
-            let out = |name: &str| ArgDef { name: name.into(), ..Default::default() };
-            let outputs = match op {
-                "Const" | "Add" | "NextIteration" => vec![out("y")],
-                "Merge" => vec![out("y"), out("index")],
-                "Split" => vec![ArgDef { name: "y".into(), number_attr: "num_split".into(), ..Default::default() }],
-                "NoOp" => vec![],
+            let float = |name: &str| ArgDef { name: name.into(), r#type: 1, ..Default::default() };
+            let (inputs, outputs) = match op {
+                "Const" => (vec![], vec![float("y")]),
+                "Add" => (vec![float("x"), float("y")], vec![float("z")]),
+                "NextIteration" => (vec![float("x")], vec![float("y")]),
+                "Merge" => (vec![float("a"), float("b")], vec![float("y"), ArgDef { r#type: 3, ..float("index") }]),
+                "Split" => (vec![float("value")], vec![ArgDef { number_attr: "num_split".into(), ..float("y") }]),
+                "Read" => (vec![ArgDef { r#type: types::DT_RESOURCE, ..float("v") }], vec![float("y")]),
+                "Handle" => (vec![], vec![ArgDef { r#type: types::DT_RESOURCE, ..float("v") }]),
+                "NoOp" => (vec![], vec![]),
                 _ => return None,
             };
-            Some(OpDef { name: op.into(), output_arg: outputs, ..Default::default() })
+            let attr = match op {
+                "Split" => vec![AttrDef { name: "num_split".into(), r#type: "int".into(), ..Default::default() }],
+                _ => vec![],
+            };
+            Some(OpDef { name: op.into(), input_arg: inputs, output_arg: outputs, attr, ..Default::default() })
         }
 
         fn has_kernel(&self, node: &NodeDef) -> bool {
-            node.op == "Add"
+            matches!(node.op.as_str(), "Add" | "Read")
         }
     }
 
@@ -394,10 +667,14 @@ mod tests {
         graph(vec![node("a", "Const", &[]), node("b", "Const", &[]), node("sum", "Add", &["a", "b:0"])])
     }
 
+    fn expect<'a>(preserve: &'a [String], emits: &'a [String]) -> Expectations<'a> {
+        Expectations { device_type: "WASM", preserve, emits, device_count: 1, max_growth: 4.0 }
+    }
+
     fn check(answer: &GraphDef, preserve: &[&str], emits: &[&str]) -> Result<GraphDef, Refusal> {
         let preserve: Vec<String> = preserve.iter().map(|s| s.to_string()).collect();
         let emits: Vec<String> = emits.iter().map(|s| s.to_string()).collect();
-        let expect = Expectations { device_type: "WASM", preserve: &preserve, emits: &emits };
+        let expect = expect(&preserve, &emits);
         check_answer(&given(), &answer.encode_to_vec(), &expect, &Ops)
     }
 
@@ -408,7 +685,7 @@ mod tests {
 
     #[test]
     fn garbage_is_unparseable() {
-        let expect = Expectations { device_type: "WASM", preserve: &[], emits: &[] };
+        let expect = expect(&[], &[]);
         let refused = check_answer(&given(), &[0xff, 0xff, 0xff], &expect, &Ops).unwrap_err();
         assert!(matches!(refused, Refusal::Unparseable(_)), "{refused}");
     }
@@ -459,7 +736,10 @@ mod tests {
 
         let mut bad_device = given();
         bad_device.node[2].device = "/device:WASM".into();
-        assert!(check(&bad_device, &[], &[]).is_ok(), "a device without an id is a partial spec TensorFlow takes");
+        assert!(
+            matches!(check(&bad_device, &[], &[]), Err(Refusal::NoSuchDevice { .. })),
+            "a partial spec names no device TensorFlow can partition on"
+        );
         bad_device.node[2].device = "device:WASM:0".into();
         assert!(matches!(check(&bad_device, &[], &[]), Err(Refusal::BadDevice { .. })));
 
@@ -479,8 +759,7 @@ mod tests {
         let mut answer = before.clone();
         answer.node.push(node("c", "Const", &[]));
         answer.node.last_mut().unwrap().device = before.node[1].device.clone();
-        let expect = Expectations { device_type: "WASM", preserve: &[], emits: &[] };
-        assert!(check_answer(&before, &answer.encode_to_vec(), &expect, &Ops).is_ok());
+        assert!(check_answer(&before, &answer.encode_to_vec(), &expect(&[], &[]), &Ops).is_ok());
     }
 
     #[test]
@@ -493,9 +772,8 @@ mod tests {
         let before = graph(vec![node("a", "Const", &[]), split(3)]);
         let after = graph(vec![node("a", "Const", &[]), split(2)]);
         let preserve = vec!["split".to_owned()];
-        let expect = Expectations { device_type: "WASM", preserve: &preserve, emits: &[] };
         assert_eq!(
-            check_answer(&before, &after.encode_to_vec(), &expect, &Ops),
+            check_answer(&before, &after.encode_to_vec(), &expect(&preserve, &[]), &Ops),
             Err(Refusal::ChangedOutputs { node: "split".into(), before: 3, after: 2 })
         );
     }
@@ -516,21 +794,167 @@ mod tests {
 
     #[test]
     fn calls_of_library_functions_count_their_signature() {
-        let mut answer = given();
+        let float = |name: &str| ArgDef { name: name.into(), r#type: 1, ..Default::default() };
         let signature = OpDef {
             name: "twice".into(),
-            output_arg: vec![ArgDef { name: "x".into(), ..Default::default() }; 2],
+            input_arg: vec![float("x")],
+            output_arg: vec![float("y"); 2],
             ..Default::default()
         };
-        answer.library = Some(FunctionDefLibrary {
+        let mut before = given();
+        before.library = Some(FunctionDefLibrary {
             function: vec![FunctionDef { signature: Some(signature), ..Default::default() }],
             ..Default::default()
         });
+        let mut answer = before.clone();
         answer.node.push(node("call", "twice", &["sum"]));
         answer.node.push(node("use", "Add", &["call:1", "call:0"]));
-        assert!(check(&answer, &[], &[]).is_ok());
+        let check = |answer: &GraphDef| check_answer(&before, &answer.encode_to_vec(), &expect(&[], &[]), &Ops);
+        assert!(check(&answer).is_ok());
         answer.node.last_mut().unwrap().input[0] = "call:2".into();
-        assert!(matches!(check(&answer, &[], &[]), Err(Refusal::NoSuchOutput { outputs: 2, .. })));
+        assert!(matches!(check(&answer), Err(Refusal::NoSuchOutput { outputs: 2, .. })));
+    }
+
+    const CPU: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
+    const WASM0: &str = "/job:localhost/replica:0/task:0/device:WASM:0";
+
+    /// `given()` placed: the constants on the CPU, the sum on the device,
+    /// and a variable there read by `read`.
+    fn placed() -> GraphDef {
+        let mut graph = given();
+        graph.node[0].device = CPU.into();
+        graph.node[1].device = CPU.into();
+        graph.node[2].device = WASM0.into();
+        graph.node.push(NodeDef { device: WASM0.into(), ..node("var", "Handle", &[]) });
+        graph.node.push(NodeDef { device: WASM0.into(), ..node("read", "Read", &["var"]) });
+        graph.versions = Some(VersionDef { producer: 2100, ..Default::default() });
+        graph
+    }
+
+    fn check_placed(answer: &GraphDef) -> Result<GraphDef, Refusal> {
+        check_answer(&placed(), &answer.encode_to_vec(), &expect(&[], &["Merge".into()]), &Ops)
+    }
+
+    #[test]
+    fn a_node_goes_only_to_a_device_that_exists() {
+        assert!(check_placed(&placed()).is_ok());
+        for device in [
+            "/job:localhost/replica:0/task:0/device:WASM:1",
+            "/job:localhost/replica:0/task:0/device:CPU:3",
+            "/job:worker/replica:0/task:0/device:CPU:0",
+            "/device:WASM:0",
+            "",
+        ] {
+            let mut answer = placed();
+            answer.node[2].device = device.into();
+            assert_eq!(
+                check_placed(&answer),
+                Err(Refusal::NoSuchDevice { node: "sum".into(), device: device.into() }),
+                "{device:?}"
+            );
+        }
+        let mut to_cpu = placed();
+        to_cpu.node[2].device = CPU.into();
+        assert!(check_placed(&to_cpu).is_ok(), "the CPU the graph uses exists");
+        let two = Expectations { device_count: 2, ..expect(&[], &[]) };
+        let mut second = placed();
+        second.node[2].device = "/job:localhost/replica:0/task:0/device:WASM:1".into();
+        assert!(check_answer(&placed(), &second.encode_to_vec(), &two, &Ops).is_ok(), "a second device exists");
+    }
+
+    #[test]
+    fn edges_are_typed_and_counted_as_tensorflow_imports_them() {
+        let mut short = placed();
+        short.node[2].input.pop();
+        assert_eq!(
+            check_placed(&short),
+            Err(Refusal::Arity { node: "sum".into(), op: "Add".into(), expected: 2, got: 1 })
+        );
+        let mut long = placed();
+        long.node[2].input.insert(1, "a".into());
+        assert!(matches!(check_placed(&long), Err(Refusal::Arity { expected: 2, got: 3, .. })));
+        let mut controls = placed();
+        controls.node[2].input.push("^a".into());
+        assert!(check_placed(&controls).is_ok(), "control inputs are not data inputs");
+
+        // The split's second output is an int32 index: Merge's, here.
+        let mut mistyped = placed();
+        mistyped.node.push(NodeDef { device: WASM0.into(), ..node("m", "Merge", &["a", "b"]) });
+        mistyped.node[2].input[1] = "m:1".into();
+        let refused = check_placed(&mistyped).unwrap_err();
+        assert_eq!(
+            refused,
+            Refusal::TypeMismatch {
+                node: "sum".into(),
+                op: "Add".into(),
+                index: 1,
+                input: "m:1".into(),
+                actual: "int32".into(),
+                expected: "float".into()
+            }
+        );
+        // A reader of a changed node is checked though it is untouched.
+        let mut reader = placed();
+        reader.node[1].op = "Merge".into();
+        reader.node[1].input = vec!["a".into(), "a".into()];
+        reader.node[2].input[1] = "b:1".into();
+        assert!(matches!(check_placed(&reader), Err(Refusal::TypeMismatch { .. })));
+    }
+
+    #[test]
+    fn a_resource_is_used_on_its_device() {
+        let mut moved = placed();
+        moved.node[4].device = CPU.into();
+        assert_eq!(
+            check_placed(&moved),
+            Err(Refusal::ResourceElsewhere {
+                node: "read".into(),
+                device: CPU.into(),
+                input: "var".into(),
+                resource_device: WASM0.into()
+            })
+        );
+        // TensorFlow's own cross-device resource edge (a call's) stays legal.
+        let mut before = placed();
+        before.node[4].device = CPU.into();
+        let mut answer = before.clone();
+        answer.node[2].input.push("^read".into());
+        assert!(check_answer(&before, &answer.encode_to_vec(), &expect(&[], &[]), &Ops).is_ok());
+    }
+
+    #[test]
+    fn versions_library_xla_attributes_and_growth_are_the_hosts() {
+        let mut versions = placed();
+        versions.versions = Some(VersionDef { producer: 1, ..Default::default() });
+        assert_eq!(check_placed(&versions), Err(Refusal::ChangedVersions));
+
+        let mut library = placed();
+        library.library = Some(FunctionDefLibrary {
+            function: vec![FunctionDef {
+                signature: Some(OpDef { name: "sneaky".into(), ..Default::default() }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        assert_eq!(check_placed(&library), Err(Refusal::ChangedLibrary("sneaky".into())));
+
+        let mut xla = placed();
+        xla.node[2].attr.insert("_XlaMustCompile".into(), AttrValue { value: Some(attr_value::Value::B(true)) });
+        assert_eq!(check_placed(&xla), Err(Refusal::XlaReenabled("sum".into())));
+        xla.node[2].device = CPU.into();
+        assert!(check_placed(&xla).is_ok(), "XLA on the CPU is TensorFlow's own");
+
+        let mut attr = placed();
+        attr.node[2].attr.insert("bogus".into(), AttrValue { value: Some(attr_value::Value::I(1)) });
+        assert!(matches!(check_placed(&attr), Err(Refusal::BadAttr { .. })));
+
+        let mut grown = placed();
+        for i in 0..(placed().node.len() * 4 + Expectations::NODE_ALLOWANCE) {
+            grown.node.push(NodeDef { device: CPU.into(), ..node(&format!("c{i}"), "Const", &[]) });
+        }
+        assert!(matches!(check_placed(&grown), Err(Refusal::Growth { what: "nodes", .. })));
+        grown.node.truncate(placed().node.len() + 100);
+        assert!(check_placed(&grown).is_ok(), "within the allowance");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! the guest. After such a fault the instance is never called again; the
 //! owner replaces it with [`GuestProgram::instantiate`].
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -167,6 +168,91 @@ pub struct GuestState {
     limits: GuestLimits,
     /// A device guest's open annotation spans, and its device.
     pub(crate) annotations: crate::profiler::annotations::Annotations,
+    /// What the guest may still log in this call and this second.
+    log: LogBudget,
+}
+
+/// The policy's log budget of a guest, per call and per second. A line past
+/// either budget is dropped and counted; the host reports the count at most
+/// once a second, so a guest logging in a loop costs its budget, never the
+/// host's disk. The second's budget belongs to the guest (its label), not
+/// to one instance: a pass re-instantiated after each fault gets no fresh one.
+#[derive(Debug)]
+struct LogBudget {
+    per_call: (u32, u64),
+    per_second: (u32, u64),
+    call: (u32, u64),
+    window: Arc<parking_lot::Mutex<LogWindow>>,
+}
+
+/// One guest's log second, shared by its instances.
+#[derive(Debug)]
+struct LogWindow {
+    started: Instant,
+    used: (u32, u64),
+    dropped: (u64, u64),
+    last_report: Option<Instant>,
+}
+
+impl LogBudget {
+    fn new(label: &str, limits: &Limits) -> Self {
+        static WINDOWS: OnceLock<parking_lot::Mutex<HashMap<String, Arc<parking_lot::Mutex<LogWindow>>>>> =
+            OnceLock::new();
+        let window = WINDOWS
+            .get_or_init(Default::default)
+            .lock()
+            .entry(label.to_owned())
+            .or_insert_with(|| {
+                Arc::new(parking_lot::Mutex::new(LogWindow {
+                    started: Instant::now(),
+                    used: (0, 0),
+                    dropped: (0, 0),
+                    last_report: None,
+                }))
+            })
+            .clone();
+        LogBudget {
+            per_call: (limits.log_lines_per_call, limits.log_bytes_per_call),
+            per_second: (limits.log_lines_per_second, limits.log_bytes_per_second),
+            call: (0, 0),
+            window,
+        }
+    }
+
+    /// Whether a line of `bytes` may be written; counts it either way.
+    fn admit(&mut self, bytes: usize) -> bool {
+        let bytes = bytes as u64;
+        let mut window = self.window.lock();
+        if window.started.elapsed() >= Duration::from_secs(1) {
+            window.used = (0, 0);
+            window.started = Instant::now();
+        }
+        let fits = |used: (u32, u64), budget: (u32, u64)| used.0 < budget.0 && used.1 + bytes <= budget.1;
+        if fits(self.call, self.per_call) && fits(window.used, self.per_second) {
+            self.call = (self.call.0 + 1, self.call.1 + bytes);
+            window.used = (window.used.0 + 1, window.used.1 + bytes);
+            true
+        } else {
+            window.dropped = (window.dropped.0 + 1, window.dropped.1 + bytes);
+            false
+        }
+    }
+
+    /// A new call starts with its own per-call budget.
+    fn begin_call(&mut self) {
+        self.call = (0, 0);
+    }
+
+    /// The lines dropped since the last report, when one is due (never more
+    /// than once a second).
+    fn report(&mut self) -> Option<(u64, u64)> {
+        let mut window = self.window.lock();
+        if window.dropped.0 == 0 || window.last_report.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
+            return None;
+        }
+        window.last_report = Some(Instant::now());
+        Some(std::mem::take(&mut window.dropped))
+    }
 }
 
 /// wasmtime's `StoreLimits`, plus a record of the growth it refused, so a
@@ -229,8 +315,11 @@ impl self::tfwasm::device::types::Host for GuestState {}
 impl GuestState {
     /// A line the guest asked the host to log, tagged with the guest's name.
     /// Guests can neither flood the log nor forge lines in it.
-    pub(crate) fn log_line(&self, level: tracing::Level, message: &str) {
+    pub(crate) fn log_line(&mut self, level: tracing::Level, message: &str) {
         let message = guest_text(message, MAX_LOG_CHARS);
+        if !self.log.admit(message.len()) {
+            return;
+        }
         let guest = &*self.guest;
         match level {
             tracing::Level::TRACE => tracing::trace!("{guest}: {message}"),
@@ -417,6 +506,7 @@ pub(crate) fn new_store(
         })?;
     }
     let memory_cap = usize::try_from(limits.memory_bytes).unwrap_or(usize::MAX);
+    let log = LogBudget::new(label, limits);
     let limits = GuestLimits {
         inner: StoreLimitsBuilder::new()
             .memory_size(memory_cap)
@@ -431,7 +521,8 @@ pub(crate) fn new_store(
     };
     let mut table = ResourceTable::new();
     table.set_max_capacity(MAX_GUEST_RESOURCES);
-    let state = GuestState { guest: label.clone(), wasi: wasi.build(), table, limits, annotations: Default::default() };
+    let state =
+        GuestState { guest: label.clone(), wasi: wasi.build(), table, limits, annotations: Default::default(), log };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limits);
     store.epoch_deadline_trap();
@@ -449,9 +540,17 @@ pub(crate) fn guarded<R>(
 ) -> Result<R, Error> {
     let ticks = deadline_ms.div_ceil(EPOCH_TICK.as_millis() as u64).max(1);
     store.set_epoch_deadline(ticks);
+    store.data_mut().log.begin_call();
     let running = ActiveCall::start();
     let outcome = body(store);
     drop(running);
+    if let Some((lines, bytes)) = store.data_mut().log.report() {
+        tracing::warn!(
+            "{}: {lines} log lines ({bytes} bytes) dropped past its log budget (policy limits.log-lines-per-call, \
+             log-bytes-per-call, log-lines-per-second, log-bytes-per-second)",
+            store.data().guest
+        );
+    }
     outcome.map_err(|error| {
         let guest = store.data().guest.to_string();
         match error.downcast_ref::<Trap>() {
