@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -252,3 +253,170 @@ def test_a_pass_that_keeps_failing_is_disabled_and_enable_revives_it(run_tf):
     after = found["after"]
     assert after["calls"] > MAX_CONSECUTIVE_FAILURES, f"enabled again, the pass must be called again: {after}"
     assert after["failures"] == after["calls"] and after["disabled"] is None, after
+
+
+# ---------------------------------------------------------------------------
+# Answers TensorFlow itself would crash on, refuse, or import only by
+# dropping every rewrite: each refused by the host first, inside Keras fit of
+# an MLP and a CNN, with the reference passes after the hostile one.
+
+# Both models fitted for 2 epochs of 4 steps with Adam, in one interpreter.
+FIT_TWO = """
+import json
+import keras
+from keras import layers
+
+JIT = {jit}
+
+
+def fit(net, x, y):
+    net.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=JIT)
+    return [float(v) for v in net.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0).history["loss"]]
+
+
+keras.utils.set_random_seed(1234)
+rng = np.random.default_rng(1234)
+x = rng.standard_normal((128, 20)).astype(np.float32)
+y = np.argmax(x @ rng.standard_normal((20, 10)), axis=1).astype(np.int64)
+mlp = keras.Sequential([keras.Input((20,)), layers.Dense(32, activation="relu"), layers.Dense(10)])
+images = rng.random((128, 12, 12, 1)).astype(np.float32)
+labels = (images[:, 3:9, 3:9, 0].mean(axis=(1, 2)) * 10).astype(np.int64) % 10
+cnn = keras.Sequential([
+    keras.Input((12, 12, 1)),
+    layers.Conv2D(8, 3, activation="relu"),
+    layers.MaxPooling2D(),
+    layers.Flatten(),
+    layers.Dense(10),
+])
+losses = {{"mlp": fit(mlp, x, y), "cnn": fit(cnn, images, labels)}}
+passes = []
+if tf.config.list_physical_devices("WASM"):
+    import tfwasm.passes
+    passes = tfwasm.passes.list()
+result("cases", json.dumps({{
+    "loss": losses,
+    "devices": [mlp.trainable_variables[0].value.device, cnn.trainable_variables[0].value.device],
+    "passes": passes,
+}}))
+cpu_check()
+"""
+
+CONTRACTION_PASS = GUEST_BUILD_DIR / "tfwasm_contraction_pass.wasm"
+
+# Each kind, the refusal the log must show, and whether Keras compiles the
+# step with XLA (the only way a graph holds an `_XlaMustCompile` call).
+STRUCTURAL = [
+    pytest.param("missing-device", r"is placed on `[^`]*/device:WASM:9`, which is no device of this process", False, id="missing-device"),
+    pytest.param("missing-cpu", r"`[^`]*/device:CPU:3`, which is no device of this process", False, id="missing-cpu"),
+    pytest.param("other-job", r"`/job:worker/replica:0/task:0/device:CPU:0`, which is no device", False, id="other-job"),
+    pytest.param("missing-input", r"has \d+ data input\(s\), and its op takes \d+", False, id="missing-input"),
+    pytest.param("wrong-dtype", r"is float from .* expects double there", False, id="wrong-dtype"),
+    pytest.param("cast-dst", r"\(Cast\)|expects \w+ there", False, id="cast-dst"),
+    pytest.param("all-to-cpu", r"a resource is used on its own device", False, id="all-to-cpu"),
+    pytest.param("xla-on", r"XLA turned back on", True, id="xla-on"),
+    pytest.param("versions", r"changes the graph's versions", False, id="versions"),
+    pytest.param("grow", r"more than the pass's max-growth allows", False, id="grow"),
+    pytest.param("log-flood", r"exceeded its 200 ms deadline", False, id="log-flood"),
+]
+
+# What TensorFlow logs when it cannot import an optimizer's answer: the
+# function then runs unoptimized, or the step fails.
+TENSORFLOW_REFUSALS = re.compile(r"incompatible with expected|Incomplete graph|Ignoring multi-device function optimization failure")
+
+
+def fit_two(policy: dict, directory, jit: bool) -> tuple[dict, TfRun]:
+    path = directory / "policy.toml"
+    path.write_text(toml_dumps(policy), encoding="utf-8")
+    # TensorFlow's warnings on: its refusals are what must not appear.
+    env = subprocess_env({"TFWASM_PASSES": None, "TF_CPP_MIN_LOG_LEVEL": "0"}, path)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", SCRIPT_PRELUDE + FIT_TWO.format(jit=jit)],
+            env=env,
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the Keras fits hung for {TIMEOUT} s under {toml_dumps(policy)}")
+    run = TfRun(done.returncode, done.stdout, done.stderr)
+    assert run.returncode == 0, run.describe()
+    assert run.results().get("cpu", "").startswith("2.0@"), run.describe()
+    return json.loads(run.results()["cases"]), run
+
+
+@pytest.fixture(scope="module")
+def cpu_losses_two(tmp_path_factory) -> dict:
+    found, run = fit_two(policy_with(count=0), tmp_path_factory.mktemp("cpu-two"), jit=False)
+    assert all(device.endswith("CPU:0") for device in found["devices"]), run.describe()
+    return found["loss"]
+
+
+@pytest.mark.parametrize("mode,why,jit", STRUCTURAL)
+def test_an_answer_tensorflow_would_not_take_is_refused_first(mode, why, jit, tmp_path, cpu_losses_two):
+    contraction = {"name": "fuse-contraction", "path": str(CONTRACTION_PASS)}
+    fuse = {"name": "fuse-elementwise", "path": str(FUSE_PASS)}
+    found, run = fit_two(policy_with(hostile_entry(mode), contraction, fuse), tmp_path, jit)
+    assert all(device.endswith("WASM:0") for device in found["devices"]), run.describe()
+    for model in ("mlp", "cnn"):
+        np.testing.assert_allclose(
+            found["loss"][model], cpu_losses_two[model], rtol=LOSS_RTOL, err_msg=f"{mode}: {model} losses"
+        )
+    refused = TENSORFLOW_REFUSALS.findall(run.stderr)
+    assert not refused, f"{mode}: TensorFlow met an answer it could not take: {refused}\n{run.describe()}"
+
+    lines = [m for m in map(FAILURE_LINE.search, run.stderr.splitlines()) if m]
+    assert lines, f"{mode}: no stderr line names pass 'hostile' and says it failed\n{run.describe()}"
+    assert any(re.search(why, line["reason"]) for line in lines), (
+        f"{mode}: no refusal says {why!r}: {[line['reason'] for line in lines]}"
+    )
+    hostile = slot(found, "hostile")
+    assert hostile["failures"] > 0 and hostile["rewrites"] == 0, hostile
+    # The passes after it still rewrote the graphs TensorFlow ran.
+    for name in ("fuse-contraction", "fuse-elementwise"):
+        after = slot(found, name)
+        assert after["rewrites"] > 0 and after["failures"] == 0, f"{name}: {after}\n{run.describe()}"
+
+    if mode == "log-flood":
+        flood = [line for line in run.stderr.splitlines() if "never stops talking" in line]
+        # Each failing call may log limits.log-lines-per-call (100) lines and
+        # 64 KiB; the pass is disabled after 8 failures in a row.
+        calls = hostile["calls"]
+        assert len(flood) <= 100 * calls, f"{len(flood)} flood lines in {calls} calls"
+        assert sum(len(line) + 1 for line in flood) <= (64 << 10) * calls
+        assert "dropped past its log budget" in run.stderr, run.describe()
+
+
+# A pass that changes what is learned passes every structural check; under
+# a policy that requires `tfwasm pass verify`'s report, its failed report
+# keeps it out of the pipeline, and Keras learns what the CPU does.
+SEMANTIC = ["add-to-sub", "edit-const", "neuter-assign"]
+
+
+@pytest.mark.parametrize("mode", SEMANTIC)
+def test_a_semantic_edit_fails_verify_and_a_verified_policy_refuses_it(mode, tmp_path, cpu_losses_two):
+    report = tmp_path / "report.json"
+    env = dict(os.environ, TFWASM_CLI=str(REPO_ROOT / "target" / "release" / "tfwasm"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT / "host" / "python"), env.get("PYTHONPATH")]))
+    keras_step = REPO_ROOT / "tests" / "fixtures" / "graphs" / "keras_mlp_step.pb"
+    done = subprocess.run(
+        [sys.executable, "-m", "tfwasm", "pass", "verify", str(HOSTILE_PASS), str(keras_step),
+         "--config", f"mode={mode}", "--report", str(report)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, errors="replace", timeout=TIMEOUT,
+    )
+    assert done.returncode == 1, f"verify must fail {mode}:\n{done.stdout}\n{done.stderr}"
+    assert json.loads(report.read_text())["passed"] is False
+
+    contraction = {"name": "fuse-contraction", "path": str(CONTRACTION_PASS)}
+    fuse = {"name": "fuse-elementwise", "path": str(FUSE_PASS)}
+    hostile = dict(hostile_entry(mode), verified=str(report))
+    found, run = fit_two(policy_with(hostile, contraction, fuse), tmp_path, jit=False)
+    for model in ("mlp", "cnn"):
+        np.testing.assert_allclose(
+            found["loss"][model], cpu_losses_two[model], rtol=LOSS_RTOL, err_msg=f"{mode}: {model} losses"
+        )
+    assert "hostile" not in {p["slot"] for p in found["passes"]}, found["passes"]
+    refusals = [line for line in run.stderr.splitlines() if "pass 'hostile'" in line and "FAILED verify" in line]
+    assert refusals, f"{mode}: no log line says the pass failed verify\n{run.describe()}"
