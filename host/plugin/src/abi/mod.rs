@@ -9,6 +9,7 @@
 pub mod ffi;
 pub mod graph;
 pub mod kernels;
+pub mod pjrt;
 #[cfg(feature = "profiler")]
 pub mod profiler;
 pub mod stream_executor;

@@ -6,6 +6,8 @@ pub mod c_api;
 pub mod done;
 pub mod grappler;
 pub mod kernels;
+pub mod npd;
+pub mod pjrt;
 pub mod profiler;
 pub mod status;
 pub mod stream_executor;
