@@ -1,13 +1,13 @@
-//! Generates the prost messages of `graph.proto` and `xplane.proto` with
-//! protox: no `protoc` binary is needed, on any OS, for the host or for a
-//! wasm guest.
+//! Generates the prost messages of `graph.proto`, `xplane.proto` and
+//! `hlo.proto` with protox: no `protoc` binary is needed, on any OS, for the
+//! host or for a wasm guest.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
 /// The schemas, relative to this crate.
-const SCHEMAS: [&str; 2] = ["graph.proto", "xplane.proto"];
+const SCHEMAS: [&str; 3] = ["graph.proto", "xplane.proto", "hlo.proto"];
 
 fn main() -> Result<()> {
     let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);

@@ -1,9 +1,10 @@
 //! # tfwasm-proto
 //!
-//! TensorFlow's graph wire format and the profiler's trace format (XSpace)
+//! TensorFlow's graph wire format, the profiler's trace format (XSpace) and
+//! the part of XLA's HLO module format that TensorFlow hands a PJRT plugin,
 //! as prost messages, generated at build time from the project's own
-//! schemas, `proto/graph.proto` and `proto/xplane.proto` (no `protoc`
-//! needed).
+//! schemas, `proto/graph.proto`, `proto/xplane.proto` and `proto/hlo.proto`
+//! (no `protoc` needed).
 //! The schema names every field TensorFlow 2.21 defines in a GraphDef and
 //! everything it reaches, so decoding and encoding a graph loses nothing;
 //! `tests/python/test_proto_schema.py` checks that against the wheel.
@@ -26,7 +27,7 @@ pub mod graph {
     include!(concat!(env!("OUT_DIR"), "/tfwasm.graph.rs"));
 }
 
-/// `proto/graph.proto` and `proto/xplane.proto` compiled: a serialized
+/// `proto/graph.proto`, `proto/xplane.proto` and `proto/hlo.proto` compiled: a serialized
 /// `FileDescriptorSet`, for tools that need the schema at run time (the
 /// text format, in `tfwasm pass run`).
 /// Nothing links it unless it is used.
@@ -37,4 +38,13 @@ pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "
 pub mod xplane {
     #![allow(clippy::all)]
     include!(concat!(env!("OUT_DIR"), "/tfwasm.xplane.rs"));
+}
+
+/// The messages of package `tfwasm.hlo`: an XLA module as TensorFlow sends
+/// it to a PJRT plugin's compile ([`hlo::HloModuleProto`] of
+/// [`hlo::HloComputationProto`]s of [`hlo::HloInstructionProto`]s), with
+/// only the fields `tfwasm-xla` reads.
+pub mod hlo {
+    #![allow(clippy::all)]
+    include!(concat!(env!("OUT_DIR"), "/tfwasm.hlo.rs"));
 }
