@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test: check formatting (cargo fmt, .rustfmt.toml), build and install
 # (host/scripts/setup.sh), then
-#   1. cargo test --release -p tfwasm -p tfwasm-runtime -p tfwasm-kernels -p tfwasm-cli -p tfwasm-fuse-pass
+#   1. cargo test --release -p tfwasm -p tfwasm-runtime -p tfwasm-kernels -p tfwasm-xla -p tfwasm-cli -p tfwasm-fuse-pass
 #                                                host unit tests + tests/rust (integration,
 #                                                incl. the C-layout check against the wheel's headers)
 #                                                + tests/cli (the `tfwasm check` suite on real guests)
@@ -69,7 +69,7 @@ export TFWASM_TF_INCLUDE
 # Same profile, features and target dir as setup.sh's `cargo build --release`,
 # so the dependencies (wasmtime above all) are reused, not rebuilt.
 # The reference pass's tests compare it with the plugin's native rewrites: release, with the host's.
-run "host tests" cargo test --release -p tfwasm -p tfwasm-runtime -p tfwasm-kernels -p tfwasm-cli -p tfwasm-fuse-pass
+run "host tests" cargo test --release -p tfwasm -p tfwasm-runtime -p tfwasm-kernels -p tfwasm-xla -p tfwasm-cli -p tfwasm-fuse-pass
 run "guest unit tests" cargo test -p tfwasm-reference-device -p tfwasm-hostile-device -p tfwasm-fuzz-device -p tfwasm-pass-sdk -p tfwasm-contraction-pass -p tfwasm-hostile-pass \
     -p tfwasm-reference-profiler -p tfwasm-hostile-profiler
 run "C guest unit tests" bash guest/c-device/build.sh test

@@ -1,0 +1,301 @@
+//! Running a [`Program`]: steps in order over the arguments, the constants
+//! and an arena of slots, then the outputs copied out.
+
+use std::cell::Cell;
+use std::sync::{Arc, Mutex};
+
+use tfwasm_kernels::error::Error as KernelError;
+use tfwasm_kernels::unary::UnaryOp;
+use tfwasm_kernels::{DType, OpContext, Tensor};
+use tfwasm_proto::hlo::HloModuleProto;
+use tfwasm_proto::prost::Message;
+
+use crate::buffer::{ArrayShape, ElementType, HostBuffer, Storage, View};
+use crate::elementwise;
+use crate::error::{Site, XlaError};
+use crate::plan::{self, Loc, Program, Step, StepOp, UnaryKind, ValueRef};
+
+/// A compiled module: decode and plan once, run many times (from several
+/// threads at once, each run with its own arena).
+pub struct Executable {
+    program: Program,
+    /// Arenas of finished runs, kept for the next (no allocation per run).
+    arenas: Mutex<Vec<Vec<Arc<Storage>>>>,
+}
+
+impl std::fmt::Debug for Executable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executable")
+            .field("name", &self.program.name)
+            .field("steps", &self.program.steps.len())
+            .field("slots", &self.program.slot_bytes.len())
+            .finish()
+    }
+}
+
+impl Executable {
+    /// Decodes a serialized `HloModuleProto` (PJRT's format `"hlo"`) and
+    /// plans it.
+    pub fn compile(module: &[u8]) -> Result<Executable, XlaError> {
+        Executable::from_module(&HloModuleProto::decode(module)?)
+    }
+
+    /// Plans a decoded module.
+    pub fn from_module(module: &HloModuleProto) -> Result<Executable, XlaError> {
+        Ok(Executable { program: plan::plan(module)?, arenas: Mutex::new(Vec::new()) })
+    }
+
+    /// The module's name, without tf2xla's attribute list.
+    pub fn name(&self) -> &str {
+        &self.program.name
+    }
+
+    /// What each argument must be.
+    pub fn parameters(&self) -> &[ArrayShape] {
+        &self.program.params
+    }
+
+    /// What [`Executable::run`] returns, in order.
+    pub fn outputs(&self) -> Vec<ArrayShape> {
+        self.program.outputs.iter().map(|o| o.shape.clone()).collect()
+    }
+
+    /// Whether the module's result is a tuple (of [`Executable::outputs`])
+    /// rather than one array.
+    pub fn tuple_result(&self) -> bool {
+        self.program.tuple_result
+    }
+
+    /// Steps a run executes (instructions that are not a view of another).
+    pub fn step_count(&self) -> usize {
+        self.program.steps.len()
+    }
+
+    /// Bytes of a run's arena (intermediate values, after reuse).
+    pub fn arena_bytes(&self) -> usize {
+        self.program.slot_bytes.iter().sum()
+    }
+
+    /// Runs the module on `arguments` (one per parameter, of its shape) and
+    /// returns its result's arrays as fresh buffers.
+    pub fn run(&self, arguments: &[HostBuffer]) -> Result<Vec<HostBuffer>, XlaError> {
+        let program = &self.program;
+        let argument_error =
+            |index: usize, reason: String| XlaError::Argument { module: program.name.clone(), index, reason };
+        if arguments.len() != program.params.len() {
+            return Err(argument_error(
+                arguments.len(),
+                format!("{} arguments given, the module takes {}", arguments.len(), program.params.len()),
+            ));
+        }
+        for (i, (argument, param)) in arguments.iter().zip(&program.params).enumerate() {
+            if argument.shape() != param {
+                return Err(argument_error(i, format!("a {} buffer for parameter {param}", argument.shape())));
+            }
+        }
+        let arena = self.arenas.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let arena = arena.unwrap_or_else(|| program.slot_bytes.iter().map(|&bytes| Storage::zeroed(bytes)).collect());
+        let view = |r: &ValueRef| -> View {
+            let storage = match r.loc {
+                Loc::Param(i) => Arc::clone(&arguments[i].view().storage),
+                Loc::Const(i) => Arc::clone(&program.constants[i].view().storage),
+                Loc::Slot(i) => Arc::clone(&arena[i]),
+            };
+            View { shape: r.shape.clone(), storage }
+        };
+        let mut result = Ok(());
+        for step in &program.steps {
+            let inputs: Vec<View> = step.inputs.iter().map(view).collect();
+            let output = view(&step.output);
+            if let Err(source) = run_step(step, &inputs, &output) {
+                let site = Site {
+                    module: program.name.clone(),
+                    opcode: step.opcode.clone(),
+                    instruction: step.instruction.clone(),
+                    origin: step.origin.clone(),
+                };
+                result = Err(XlaError::Kernel { site: Box::new(site), source });
+                break;
+            }
+        }
+        let outputs = result.map(|()| {
+            program
+                .outputs
+                .iter()
+                .map(|o| {
+                    let v = view(o);
+                    // SAFETY: every step is done; nothing writes any more.
+                    let bytes = unsafe { v.storage.bytes(v.shape.bytes()) };
+                    HostBuffer::from_storage(v.shape.clone(), Storage::from_bytes(bytes))
+                })
+                .collect()
+        });
+        self.arenas.lock().unwrap_or_else(|e| e.into_inner()).push(arena);
+        outputs
+    }
+}
+
+/// Runs one step. The planner gave its output a slot no input uses and no
+/// live value holds, and steps run one at a time: the output tensor is the
+/// only access to its bytes, the inputs are only read.
+fn run_step(step: &Step, inputs: &[View], output: &View) -> Result<(), KernelError> {
+    // SAFETY: (all tensors below) per the planner's slot assignment, as
+    // above: inputs are read only, the output is written by this step alone.
+    let input = |i: usize| unsafe { inputs[i].tensor(false) };
+    let out = || unsafe { output.tensor(true) };
+    match &step.op {
+        StepOp::Kernel { kernel, views, extra } => {
+            let mut args = Vec::with_capacity(inputs.len() + extra.len());
+            for (view, dims) in inputs.iter().zip(views) {
+                args.push((view.clone(), dims.clone()));
+            }
+            args.extend(extra.iter().map(|e| (e.view(), None)));
+            let ctx = KernelCall { args, output, written: Cell::new(false) };
+            kernel.compute(&ctx)?;
+            if !ctx.written.get() {
+                return Err(KernelError::Internal("the kernel produced no output".into()));
+            }
+            Ok(())
+        }
+        StepOp::MatMul(plan) => plan.run(input(0)?.data()?, input(1)?.data()?, out()?.data_mut()?),
+        StepOp::BatchMatMul(plan) => plan.run(input(0)?.data()?, input(1)?.data()?, out()?.data_mut()?),
+        StepOp::NaiveDot { batch, m, k, n, transpose_a, transpose_b } => elementwise::naive_dot(
+            (*batch, *m, *k, *n),
+            (*transpose_a, *transpose_b),
+            &input(0)?,
+            &input(1)?,
+            &mut out()?,
+        ),
+        StepOp::Binary { kind, plan } => {
+            let (a, b, mut o) = (input(0)?, input(1)?, out()?);
+            match kind.f32_kernel() {
+                Some(_) if o.dtype() == DType::F32 => plan.run(a.data()?, b.data()?, o.data_mut()?),
+                _ => elementwise::binary(*kind, plan, &a, &b, &mut o),
+            }
+        }
+        StepOp::Unary(kind) => {
+            let (x, mut o) = (input(0)?, out()?);
+            match f32_unary(*kind).filter(|_| x.dtype() == DType::F32) {
+                Some(op) => {
+                    op.run(x.data()?, o.data_mut()?);
+                    Ok(())
+                }
+                None => elementwise::unary(*kind, &x, &mut o),
+            }
+        }
+        StepOp::Compare { plan } => elementwise::compare(plan, &input(0)?, &input(1)?, &mut out()?),
+        StepOp::Convert => elementwise::convert(&input(0)?, &mut out()?),
+        StepOp::Iota { dim } => elementwise::iota(*dim, &mut out()?),
+        StepOp::ReduceF32 { kernel, axes, reducer, init_is_identity } => {
+            let init = input(1)?.scalar::<f32>()?;
+            if inputs[0].shape.is_empty() {
+                out()?.data_mut::<f32>()?.fill(init);
+                return Ok(());
+            }
+            let ctx = KernelCall {
+                args: vec![(inputs[0].clone(), None), (axes.view(), None)],
+                output,
+                written: Cell::new(false),
+            };
+            kernel.compute(&ctx)?;
+            if !init_is_identity {
+                let f = elementwise_f32(reducer.as_binary());
+                for v in out()?.data_mut::<f32>()? {
+                    *v = f(init, *v);
+                }
+            }
+            Ok(())
+        }
+        StepOp::Reduce { reducer, reduced } => {
+            elementwise::reduce(*reducer, reduced, &input(0)?, &input(1)?, &mut out()?)
+        }
+    }
+}
+
+fn elementwise_f32(kind: plan::BinaryKind) -> fn(f32, f32) -> f32 {
+    use elementwise::Num;
+    match kind {
+        plan::BinaryKind::Add => f32::add,
+        plan::BinaryKind::Mul => f32::mul,
+        plan::BinaryKind::Max => Num::max,
+        _ => Num::min,
+    }
+}
+
+/// The float32 kernel op of a unary kind, where the kernels have one.
+fn f32_unary(kind: UnaryKind) -> Option<UnaryOp> {
+    Some(match kind {
+        UnaryKind::Neg => UnaryOp::Neg,
+        UnaryKind::Abs => UnaryOp::Abs,
+        UnaryKind::Sign => UnaryOp::Sign,
+        UnaryKind::Exp => UnaryOp::Exp,
+        UnaryKind::Log => UnaryOp::Log,
+        UnaryKind::Log1p => UnaryOp::Log1p,
+        UnaryKind::Sqrt => UnaryOp::Sqrt,
+        UnaryKind::Rsqrt => UnaryOp::Rsqrt,
+        UnaryKind::Tanh => UnaryOp::Tanh,
+        UnaryKind::Logistic => UnaryOp::Sigmoid,
+        UnaryKind::Floor => UnaryOp::Floor,
+        UnaryKind::Ceil => UnaryOp::Ceil,
+        UnaryKind::RoundEven => UnaryOp::Round,
+        UnaryKind::Sin => UnaryOp::Sin,
+        UnaryKind::Cos => UnaryOp::Cos,
+        UnaryKind::Tan => UnaryOp::Tan,
+        UnaryKind::Erf => UnaryOp::Erf,
+        UnaryKind::Expm1 | UnaryKind::Not | UnaryKind::IsFinite => return None,
+    })
+}
+
+/// The [`OpContext`] a kernel step runs in: its inputs (each maybe seen
+/// with other dimensions), and one output, in the step's slot.
+struct KernelCall<'a> {
+    args: Vec<(View, Option<Vec<usize>>)>,
+    output: &'a View,
+    written: Cell<bool>,
+}
+
+impl OpContext for KernelCall<'_> {
+    fn num_inputs(&self) -> usize {
+        self.args.len()
+    }
+
+    fn num_outputs(&self) -> usize {
+        1
+    }
+
+    fn input(&self, index: usize) -> Result<Tensor, KernelError> {
+        let (view, dims) = self.args.get(index).ok_or_else(|| KernelError::Internal(format!("no input {index}")))?;
+        // SAFETY: inputs are only read while the step runs (`run_step`).
+        unsafe { view.tensor_as(dims.as_deref().unwrap_or(&view.shape.dims), false) }
+    }
+
+    fn output_dtype(&self, index: usize) -> Result<tfwasm_kernels::DType, KernelError> {
+        match index {
+            0 => Ok(self.output.shape.ty.dtype()),
+            _ => Err(KernelError::Internal(format!("no output {index}"))),
+        }
+    }
+
+    fn allocate_output(&self, index: usize, shape: &[usize]) -> Result<Tensor, KernelError> {
+        if index != 0 || shape != self.output.shape.dims.as_slice() {
+            return Err(KernelError::Internal(format!(
+                "the kernel made output {index} of shape {shape:?}, the plan expects {}",
+                self.output.shape
+            )));
+        }
+        self.written.set(true);
+        // SAFETY: the step's output slot is written by this kernel alone.
+        unsafe { self.output.tensor(true) }
+    }
+
+    fn forward_input(&self, input: usize, output: usize) -> Result<(), KernelError> {
+        // Values never share a slot with a live input: copy.
+        let source = self.input(input)?;
+        let mut target = self.allocate_output(output, &self.output.shape.dims)?;
+        if source.dtype() != ElementType::dtype(self.output.shape.ty) || source.len() != target.len() {
+            return Err(KernelError::Internal("forwarding an input of another type or size".into()));
+        }
+        target.bytes_mut()?.copy_from_slice(source.bytes());
+        Ok(())
+    }
+}
