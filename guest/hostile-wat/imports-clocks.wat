@@ -1,6 +1,7 @@
 ;; world: imports-clocks
-;; Attack: imports wasi:clocks/wall-clock and reads it in init. Its policy
-;; grants no clocks: the host must refuse the import at load.
+;; Imports wasi:clocks/wall-clock and reads it in init. Once an attack the
+;; host refused; now legal: the host's now-ns already tells the time, and the
+;; guest must load and work.
 (module
   (import "wasi:clocks/wall-clock@0.2.6" "now" (func $now (param i32)))
   (memory (export "memory") 1)

@@ -1,7 +1,7 @@
 ;; world: imports-filesystem
-;; Attack: imports wasi:filesystem/preopens and lists the preopened
-;; directories in init. Its policy preopens none: the host must refuse the
-;; import at load, naming it and the capability that would grant it.
+;; Imports wasi:filesystem/preopens and lists the preopened directories in
+;; init. Once an attack the host refused; now legal: with no preopened
+;; directory the filesystem is empty, and the guest must load and work.
 (module
   (import "wasi:filesystem/preopens@0.2.6" "get-directories" (func $get_directories (param i32)))
   (memory (export "memory") 1)

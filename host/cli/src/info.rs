@@ -17,6 +17,31 @@ pub struct Described {
     pub exports_packages: Vec<String>,
     pub imports: Vec<String>,
     pub exports: Vec<String>,
+    /// What the guest's imports need of a policy: the `[capabilities]`
+    /// lines that grant them, or why no policy can.
+    pub policy: Vec<String>,
+}
+
+/// The policy lines `imports` need beyond the default policy, and the
+/// imports no policy grants.
+pub fn policy_lines(imports: &[String]) -> Vec<String> {
+    use tfwasm_runtime::policy::Capabilities;
+    use tfwasm_runtime::sandbox::refused_import;
+    let default = Capabilities::default();
+    let random = Capabilities { random: true, ..Capabilities::default() };
+    let mut lines = BTreeSet::new();
+    for import in imports {
+        match refused_import(import, &default) {
+            None => {}
+            Some(_) if refused_import(import, &random).is_none() => {
+                lines.insert("[capabilities] random = true".to_owned());
+            }
+            Some(why) => {
+                lines.insert(format!("refused: {import} ({why})"));
+            }
+        }
+    }
+    lines.into_iter().collect()
 }
 
 pub fn describe(path: &Path) -> Result<Described> {
@@ -41,6 +66,7 @@ pub fn describe(path: &Path) -> Result<Described> {
         bytes: bytes.len() as u64,
         sha256: tfwasm_runtime::sandbox::cache::sha256_hex(&bytes),
         exports_packages: packages.into_iter().collect(),
+        policy: policy_lines(&imports),
         imports,
         exports,
     })
@@ -53,4 +79,10 @@ pub fn print(d: &Described) {
     println!("  world    {}", d.exports_packages.join(", "));
     println!("  exports  {}", d.exports.join(" "));
     println!("  imports  {}", d.imports.join(" "));
+    if d.policy.is_empty() {
+        println!("  policy   the default policy grants every import");
+    }
+    for line in &d.policy {
+        println!("  policy   {line}");
+    }
 }

@@ -266,11 +266,13 @@ pub struct Capabilities {
     /// Directories the guest may read (`wasi:filesystem`).
     #[serde(default)]
     pub preopens: Vec<Preopen>,
-    /// The host's wall and monotonic clocks (`wasi:clocks`). Without them a
-    /// guest has the host interface's `now-ns`, which is all a device needs.
+    /// Accepted for older policies and ignored: `wasi:clocks` always links,
+    /// since the host interface's `now-ns` already gives every guest the
+    /// time (see `sandbox::refused_import`).
     #[serde(default)]
     pub clocks: bool,
-    /// Random bytes (`wasi:random`), e.g. for a Rust `HashMap`'s seed.
+    /// Secure random bytes (`wasi:random/random`). Insecure randomness (a
+    /// Rust `HashMap`'s seed) always links.
     #[serde(default)]
     pub random: bool,
 }

@@ -832,22 +832,24 @@ fn package_of(name: &str) -> (&str, Option<&str>) {
 /// Why the policy refuses the WASI import `name` (`wasi:random/random@0.2.6`),
 /// or `None` when it grants it.
 ///
-/// Always granted: WASI's streams and command-line interfaces, which give a
-/// guest nothing here (no arguments, no environment, an empty stdin, output
-/// discarded unless `capabilities.stderr`); Rust's standard library imports
-/// them. Files need a preopened directory, clocks and randomness their
-/// capability. Sockets, and anything tfwasm does not provide, never.
+/// Capabilities go by power, not by import name. What gives a guest nothing
+/// it could use against the host or the user always links, so that what a
+/// standard toolchain emits loads: WASI's streams and command-line
+/// interfaces (no arguments, no environment, an empty stdin, output
+/// discarded unless `capabilities.stderr`), the filesystem (empty unless the
+/// policy preopens a directory: the preopens are the power, not the
+/// interface), the clocks (the host's `now-ns` already tells the time), and
+/// insecure randomness (a Rust `HashMap`'s seed is no secret). Secure
+/// randomness needs `capabilities.random`. Sockets, HTTP, and anything
+/// tfwasm does not provide, never.
 pub fn refused_import(name: &str, capabilities: &Capabilities) -> Option<&'static str> {
+    let interface = name.split('@').next().unwrap_or(name);
     match package_of(name).0 {
         "tfwasm:device" | "tfwasm:optimizer" | "tfwasm:profiler" | "wasi:io" | "wasi:cli" => None,
-        "wasi:filesystem" if !capabilities.preopens.is_empty() => None,
-        "wasi:filesystem" => Some("files: the policy preopens no directory (capabilities.preopens)"),
-        "wasi:clocks" if capabilities.clocks => None,
-        "wasi:clocks" => {
-            Some("clocks: not granted (capabilities.clocks = true grants them; the host's now-ns needs no grant)")
-        }
+        "wasi:filesystem" | "wasi:clocks" => None,
+        "wasi:random" if matches!(interface, "wasi:random/insecure" | "wasi:random/insecure-seed") => None,
         "wasi:random" if capabilities.random => None,
-        "wasi:random" => Some("randomness: not granted (capabilities.random = true grants it)"),
+        "wasi:random" => Some("secure randomness: not granted (capabilities.random = true grants it)"),
         "wasi:sockets" | "wasi:http" => Some("the network: tfwasm never grants it"),
         _ => Some("tfwasm does not provide it"),
     }
@@ -904,14 +906,23 @@ mod tests {
     }
 
     #[test]
-    fn imports_are_granted_by_the_policy_only() {
+    fn imports_are_granted_by_their_power() {
         let none = Capabilities::default();
-        for granted in ["tfwasm:device/host@0.1.0", "wasi:io/streams@0.2.6", "wasi:cli/exit@0.2.0"] {
+        // What a standard toolchain's guest imports and what gives it nothing.
+        for granted in [
+            "tfwasm:device/host@0.1.0",
+            "wasi:io/streams@0.2.6",
+            "wasi:cli/exit@0.2.0",
+            "wasi:filesystem/preopens@0.2.6",
+            "wasi:filesystem/types@0.2.6",
+            "wasi:clocks/wall-clock@0.2.6",
+            "wasi:clocks/monotonic-clock@0.2.0",
+            "wasi:random/insecure-seed@0.2.6",
+            "wasi:random/insecure@0.2.6",
+        ] {
             assert_eq!(refused_import(granted, &none), None, "{granted}");
         }
         let cases = [
-            ("wasi:filesystem/preopens@0.2.6", "capabilities.preopens"),
-            ("wasi:clocks/wall-clock@0.2.6", "capabilities.clocks"),
             ("wasi:random/random@0.2.6", "capabilities.random"),
             ("wasi:sockets/tcp@0.2.6", "network"),
             ("wasi:http/outgoing-handler@0.2.6", "network"),
@@ -927,11 +938,7 @@ mod tests {
             clocks: true,
             random: true,
         };
-        for granted in
-            ["wasi:filesystem/types@0.2.6", "wasi:clocks/monotonic-clock@0.2.0", "wasi:random/insecure@0.2.6"]
-        {
-            assert_eq!(refused_import(granted, &all), None, "{granted}");
-        }
+        assert_eq!(refused_import("wasi:random/random@0.2.6", &all), None);
         assert!(refused_import("wasi:sockets/udp@0.2.6", &all).is_some(), "the network is never granted");
         // One reason, every import it covers.
         let message =
