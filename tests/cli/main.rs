@@ -137,3 +137,37 @@ fn policy_check_says_what_is_wrong_and_where() {
     assert!(out.contains("guest.path: no file"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_guest_using_rusts_standard_library_loads_under_the_default_policy() {
+    // The hostile device's `std-tour` mode uses a HashMap, Instant,
+    // SystemTime and std::fs on an unused path, as a vendor's first guest
+    // would: its build imports the clocks, the filesystem and a hash seed.
+    let hostile = guest("tfwasm_hostile_device.wasm");
+    let (code, out) = tfwasm(&["info", "--json", hostile.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let value: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let imports: Vec<&str> = value["imports"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    for needed in [
+        "wasi:random/insecure-seed",
+        "wasi:clocks/monotonic-clock",
+        "wasi:clocks/wall-clock",
+        "wasi:filesystem/preopens",
+    ] {
+        assert!(imports.iter().any(|i| i.starts_with(needed)), "{needed} not among {imports:?}");
+    }
+    assert_eq!(value["policy"].as_array().unwrap().len(), 0, "no policy line needed: {out}");
+
+    let dir = std::env::temp_dir().join(format!("tfwasm-cli-std-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("std-tour.toml");
+    std::fs::write(
+        &policy,
+        "[guest]\nname = \"std-tour\"\npath = \"unused.wasm\"\n[guest.config]\nmode = \"std-tour\"\n",
+    )
+    .unwrap();
+    let (code, out) = tfwasm(&["check", "--json", "--policy", policy.to_str().unwrap(), hostile.to_str().unwrap()]);
+    assert_eq!(code, 0, "the std guest passes every check under a policy that grants nothing:\n{out}");
+    assert!(results(&out).iter().all(|(_, passed)| *passed), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -35,6 +35,7 @@
 //! | `huge-refusal` | `allocate` refuses with a 4 MiB `invalid-argument` message full of newlines and terminal escapes |
 //! | `huge-name` | `init` describes a device whose hardware name is 4 MiB long |
 //! | `log-forgery` | `init` logs a warning carrying a newline, a line that poses as another guest's, and terminal escapes |
+//! | `std-tour` | `init` uses a `HashMap`, `Instant`, `SystemTime` and `std::fs` on an unused path, as a vendor's first guest would: legal (the build imports what they need, which no policy has to grant) |
 //! | `slow` | every export busy-waits `delay-ms` on the host clock, then answers honestly: legal, not a fault |
 //! | `bad-seq` | tickets repeat the stream's previous seq (0 for the first) instead of increasing |
 //! | `seq-jump` | tickets jump to seq 2^64 - 1, leaving the stream no room to count on |
@@ -133,11 +134,12 @@ pub enum Mode {
     LieTimerElapsed,
     TrapOnSubmit,
     RefuseEveryOtherSubmit,
+    StdTour,
 }
 
 impl Mode {
     /// The modes other than `loop-on-EXPORT`, by name.
-    const NAMES: [(&'static str, Mode); 23] = [
+    const NAMES: [(&'static str, Mode); 24] = [
         ("init-error", Mode::InitError),
         ("trap-on-init", Mode::TrapOnInit),
         ("trap-on-allocate", Mode::TrapOnAllocate),
@@ -152,6 +154,7 @@ impl Mode {
         ("huge-refusal", Mode::HugeRefusal),
         ("huge-name", Mode::HugeName),
         ("log-forgery", Mode::LogForgery),
+        ("std-tour", Mode::StdTour),
         ("slow", Mode::Slow),
         ("bad-seq", Mode::BadSeq),
         ("seq-jump", Mode::SeqJump),
@@ -412,6 +415,28 @@ mod component {
         })
     }
 
+    /// What a vendor's first guest does with Rust's standard library: a
+    /// `HashMap` (an insecure hash seed), `Instant` and `SystemTime` (the
+    /// clocks), and `std::fs` on a path no policy preopens. Its code is in
+    /// every build, so every build imports what these need: the host must
+    /// load it under any policy, since none of it gives the guest power.
+    fn std_tour() -> String {
+        let started = std::time::Instant::now();
+        let mut seen: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+        seen.insert("hash seed", 1);
+        let since_epoch =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default();
+        let file = match std::fs::metadata("/tfwasm/unused/vendor.toml") {
+            Ok(_) => "a file exists where no directory is preopened".to_owned(),
+            Err(e) => format!("no file ({e})"),
+        };
+        format!(
+            "std tour: a HashMap of {} entry, {since_epoch} s since the epoch, {file}, {} ns",
+            seen.len(),
+            started.elapsed().as_nanos()
+        )
+    }
+
     struct Hostile;
 
     impl Identity for Hostile {
@@ -429,6 +454,9 @@ mod component {
             }
             if parsed.has(Mode::LogForgery) {
                 log(LogLevel::Warn, FORGED_LOG);
+            }
+            if parsed.has(Mode::StdTour) {
+                log(LogLevel::Info, &std_tour());
             }
             for key in &parsed.unknown {
                 log(LogLevel::Warn, &format!("ignoring unknown option {key:?}"));
