@@ -3,6 +3,7 @@
 #
 #   bash host/scripts/setup.sh
 #   TFWASM_TF=nightly bash host/scripts/setup.sh   # the same into .venv-nightly/ with tf-nightly-cpu
+#   TFWASM_TEST_GUESTS=1 bash host/scripts/setup.sh # also the test guests (tests/run.sh sets it)
 #
 # Safe to re-run: cargo rebuilds only what changed, the venv is reused, and
 # TensorFlow is installed only when the pinned version is missing.
@@ -42,16 +43,25 @@ else
     rustup target add "$WASM_TARGET"
 fi
 
+# What the wheel ships: the reference device, the two reference passes and
+# the reference profiler. The test guests (hostile ones, the C guest, the WAT
+# guests) come with TFWASM_TEST_GUESTS=1, which tests/run.sh sets: the C
+# guest's tools (clang, wasm-tools, wit-bindgen-cli) take minutes to install
+# on a fresh machine, and the demo runs none of them.
+guests=(-p tfwasm-reference-device -p tfwasm-fuse-pass -p tfwasm-contraction-pass -p tfwasm-reference-profiler)
+if [[ "${TFWASM_TEST_GUESTS:-}" == 1 ]]; then
+    guests+=(-p tfwasm-hostile-device -p tfwasm-hostile-pass -p tfwasm-hostile-profiler)
+fi
 step "Build guests (wasm32-wasip2, profile guest)"
-cargo build --target "$WASM_TARGET" --profile guest \
-    -p tfwasm-reference-device -p tfwasm-hostile-device -p tfwasm-fuse-pass -p tfwasm-contraction-pass -p tfwasm-hostile-pass \
-    -p tfwasm-reference-profiler -p tfwasm-hostile-profiler
+cargo build --target "$WASM_TARGET" --profile guest "${guests[@]}"
 
-step "Build the C guest (guest/c-device: clang, wit-bindgen c, wasm-tools)"
-bash guest/c-device/build.sh
+if [[ "${TFWASM_TEST_GUESTS:-}" == 1 ]]; then
+    step "Build the C guest (guest/c-device: clang, wit-bindgen c, wasm-tools)"
+    bash guest/c-device/build.sh
 
-step "Build the WAT hostile guests (guest/hostile-wat)"
-bash guest/hostile-wat/build.sh
+    step "Build the WAT hostile guests (guest/hostile-wat)"
+    bash guest/hostile-wat/build.sh
+fi
 
 step "Build host and the tfwasm command (release)"
 cargo build --release -p tfwasm -p tfwasm-cli
