@@ -146,10 +146,19 @@ impl fmt::Display for ArrayShape {
 }
 
 /// Bytes, 8-aligned, written through raw pointers by the one step that
-/// owns them at a time (the plan guarantees it) and read by later steps.
+/// owns them at a time (the plan guarantees it) and read by later steps;
+/// or, for [`crate::Executable::run_into`], the caller's argument bytes,
+/// only ever read.
 pub(crate) struct Storage {
-    words: Box<[UnsafeCell<u64>]>,
+    memory: Memory,
     bytes: usize,
+}
+
+enum Memory {
+    Owned(Box<[UnsafeCell<u64>]>),
+    /// The caller's bytes, borrowed for one run: every `Arc` of such a
+    /// storage is dropped before the run returns (`run_into` checks).
+    Borrowed(NonNull<u8>),
 }
 
 // SAFETY: the bytes are plain data. Writes happen only through the one
@@ -163,7 +172,18 @@ unsafe impl Sync for Storage {}
 impl Storage {
     pub(crate) fn zeroed(bytes: usize) -> Arc<Storage> {
         let words = bytes.div_ceil(8);
-        Arc::new(Storage { words: (0..words).map(|_| UnsafeCell::new(0)).collect(), bytes })
+        Arc::new(Storage { memory: Memory::Owned((0..words).map(|_| UnsafeCell::new(0)).collect()), bytes })
+    }
+
+    /// A storage over the caller's `bytes`, never written.
+    ///
+    /// # Safety
+    /// Every `Arc` of the result is dropped while `bytes` is still borrowed,
+    /// and nothing writes through it (the executor never writes a
+    /// parameter).
+    pub(crate) unsafe fn borrowed(bytes: &[u8]) -> Arc<Storage> {
+        let ptr = NonNull::new(bytes.as_ptr().cast_mut()).unwrap_or(NonNull::dangling());
+        Arc::new(Storage { memory: Memory::Borrowed(ptr), bytes: bytes.len() })
     }
 
     pub(crate) fn from_bytes(bytes: &[u8]) -> Arc<Storage> {
@@ -178,9 +198,14 @@ impl Storage {
     }
 
     pub(crate) fn ptr(&self) -> NonNull<u8> {
-        // The slice pointer carries provenance over every word; UnsafeCell
-        // makes writing through it sound while `&self` exists.
-        NonNull::new(UnsafeCell::raw_get(self.words.as_ptr()).cast::<u8>()).unwrap_or(NonNull::dangling())
+        match &self.memory {
+            // The slice pointer carries provenance over every word;
+            // UnsafeCell makes writing through it sound while `&self` exists.
+            Memory::Owned(words) => {
+                NonNull::new(UnsafeCell::raw_get(words.as_ptr()).cast::<u8>()).unwrap_or(NonNull::dangling())
+            }
+            Memory::Borrowed(ptr) => *ptr,
+        }
     }
 
     /// The first `len` bytes.

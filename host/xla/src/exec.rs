@@ -80,24 +80,85 @@ impl Executable {
     /// returns its result's arrays as fresh buffers.
     pub fn run(&self, arguments: &[HostBuffer]) -> Result<Vec<HostBuffer>, XlaError> {
         let program = &self.program;
-        let argument_error =
-            |index: usize, reason: String| XlaError::Argument { module: program.name.clone(), index, reason };
         if arguments.len() != program.params.len() {
-            return Err(argument_error(
+            return Err(self.argument_error(
                 arguments.len(),
                 format!("{} arguments given, the module takes {}", arguments.len(), program.params.len()),
             ));
         }
         for (i, (argument, param)) in arguments.iter().zip(&program.params).enumerate() {
             if argument.shape() != param {
-                return Err(argument_error(i, format!("a {} buffer for parameter {param}", argument.shape())));
+                return Err(self.argument_error(i, format!("a {} buffer for parameter {param}", argument.shape())));
             }
         }
+        let storages: Vec<Arc<Storage>> = arguments.iter().map(|a| Arc::clone(&a.view().storage)).collect();
+        let mut outputs = Vec::with_capacity(program.outputs.len());
+        self.execute(&storages, |_, shape, bytes| {
+            outputs.push(HostBuffer::from_storage(shape.clone(), Storage::from_bytes(bytes)));
+        })?;
+        Ok(outputs)
+    }
+
+    /// Runs the module on the caller's memory: `arguments[i]` holds
+    /// parameter `i`'s bytes (row-major, [`Executable::parameters`]), read in
+    /// place and never written; each output's bytes are written to
+    /// `outputs[i]` ([`Executable::outputs`]). Arguments may alias each
+    /// other; an output must not alias an argument. Each slice is exactly
+    /// its array's size and aligned to its element size.
+    pub fn run_into(&self, arguments: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), XlaError> {
+        let program = &self.program;
+        if arguments.len() != program.params.len() {
+            return Err(self.argument_error(
+                arguments.len(),
+                format!("{} arguments given, the module takes {}", arguments.len(), program.params.len()),
+            ));
+        }
+        for (i, (bytes, param)) in arguments.iter().zip(&program.params).enumerate() {
+            check_memory(bytes, param).map_err(|reason| self.argument_error(i, reason))?;
+        }
+        if outputs.len() != program.outputs.len() {
+            return Err(XlaError::Invalid {
+                module: program.name.clone(),
+                reason: format!(
+                    "{} output buffers given, the module has {} outputs",
+                    outputs.len(),
+                    program.outputs.len()
+                ),
+            });
+        }
+        for (i, (bytes, output)) in outputs.iter().zip(&program.outputs).enumerate() {
+            check_memory(bytes, &output.shape).map_err(|reason| XlaError::Invalid {
+                module: program.name.clone(),
+                reason: format!("output {i}: {reason}"),
+            })?;
+        }
+        // SAFETY: the storages are dropped at the end of this function,
+        // while `arguments` is borrowed; the executor never writes a
+        // parameter (the planner gives no step a parameter as its output).
+        let storages: Vec<Arc<Storage>> = arguments.iter().map(|bytes| unsafe { Storage::borrowed(bytes) }).collect();
+        let outcome = self.execute(&storages, |i, _, bytes| outputs[i].copy_from_slice(bytes));
+        // No view of the caller's memory outlives the run.
+        assert!(storages.iter().all(|s| Arc::strong_count(s) == 1), "a view of an argument outlived the run");
+        outcome
+    }
+
+    fn argument_error(&self, index: usize, reason: String) -> XlaError {
+        XlaError::Argument { module: self.program.name.clone(), index, reason }
+    }
+
+    /// Runs the steps over `arguments` (checked against the parameters) and
+    /// hands each output's bytes to `emit`, in order.
+    fn execute(
+        &self,
+        arguments: &[Arc<Storage>],
+        mut emit: impl FnMut(usize, &ArrayShape, &[u8]),
+    ) -> Result<(), XlaError> {
+        let program = &self.program;
         let arena = self.arenas.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let arena = arena.unwrap_or_else(|| program.slot_bytes.iter().map(|&bytes| Storage::zeroed(bytes)).collect());
         let view = |r: &ValueRef| -> View {
             let storage = match r.loc {
-                Loc::Param(i) => Arc::clone(&arguments[i].view().storage),
+                Loc::Param(i) => Arc::clone(&arguments[i]),
                 Loc::Const(i) => Arc::clone(&program.constants[i].view().storage),
                 Loc::Slot(i) => Arc::clone(&arena[i]),
             };
@@ -118,21 +179,27 @@ impl Executable {
                 break;
             }
         }
-        let outputs = result.map(|()| {
-            program
-                .outputs
-                .iter()
-                .map(|o| {
-                    let v = view(o);
-                    // SAFETY: every step is done; nothing writes any more.
-                    let bytes = unsafe { v.storage.bytes(v.shape.bytes()) };
-                    HostBuffer::from_storage(v.shape.clone(), Storage::from_bytes(bytes))
-                })
-                .collect()
-        });
+        if result.is_ok() {
+            for (i, o) in program.outputs.iter().enumerate() {
+                let v = view(o);
+                // SAFETY: every step is done; nothing writes any more.
+                emit(i, &v.shape, unsafe { v.storage.bytes(v.shape.bytes()) });
+            }
+        }
         self.arenas.lock().unwrap_or_else(|e| e.into_inner()).push(arena);
-        outputs
+        result
     }
+}
+
+/// Why `bytes` cannot hold an array of `shape` in place, if it cannot.
+fn check_memory(bytes: &[u8], shape: &ArrayShape) -> Result<(), String> {
+    if bytes.len() != shape.bytes() {
+        return Err(format!("{} bytes for {shape}, which needs {}", bytes.len(), shape.bytes()));
+    }
+    if !bytes.is_empty() && (bytes.as_ptr() as usize) % shape.ty.size() != 0 {
+        return Err(format!("{shape} at {:?} is not aligned to {} bytes", bytes.as_ptr(), shape.ty.size()));
+    }
+    Ok(())
 }
 
 /// Runs one step. The planner gave its output a slot no input uses and no

@@ -104,6 +104,51 @@ mod captured {
         assert_close("loss", &first[0], &expected[0], 1e-5, 1e-6);
     }
 
+    /// The PJRT path: arguments read in place from the caller's memory
+    /// (aliasing each other, as two views of one tensor do), outputs
+    /// written into the caller's memory; the same values as `run`.
+    #[test]
+    fn run_into_reads_and_writes_the_callers_memory() {
+        let executable = Executable::compile(&fixture("keras_mlp_adam_step.hlo.pb")).unwrap();
+        let (arguments, expected) = snapshot("keras_mlp_adam_step.run1.pb");
+        let inputs: Vec<&[u8]> = arguments.iter().map(HostBuffer::bytes).collect();
+        let mut storage: Vec<Vec<u64>> =
+            executable.outputs().iter().map(|o| vec![0u64; o.bytes().div_ceil(8)]).collect();
+        let mut outputs: Vec<&mut [u8]> = storage
+            .iter_mut()
+            .zip(executable.outputs())
+            .map(|(words, shape)| {
+                // SAFETY: the words are plain data, 8-aligned, at least
+                // `shape.bytes()` long; the byte view replaces the borrow.
+                let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) };
+                &mut bytes[..shape.bytes()]
+            })
+            .collect();
+        executable.run_into(&inputs, &mut outputs).unwrap();
+        for (i, ((bytes, shape), e)) in outputs.iter().zip(executable.outputs()).zip(&expected).enumerate() {
+            let got = HostBuffer::from_bytes(shape.ty, &shape.dims, bytes).unwrap();
+            assert_close(&format!("run_into output {i}"), &got, e, 1e-5, 1e-6);
+        }
+
+        let square = Executable::compile(&fixture("matmul_plus1.hlo.pb")).unwrap();
+        let x = HostBuffer::from_slice(&[2, 2], &[0f32, 1.0, 2.0, 3.0]).unwrap();
+        let mut out = [0f32; 4];
+        // SAFETY: four f32 are 16 plain bytes.
+        let out_bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), 16) };
+        square.run_into(&[x.bytes()], &mut [out_bytes]).unwrap();
+        assert_eq!(out, [3.0, 4.0, 7.0, 12.0]);
+        // Wrong sizes and misaligned memory are refused, naming the slot.
+        let error = square.run_into(&[&x.bytes()[..12]], &mut [&mut [0u8; 16]]).unwrap_err().to_string();
+        assert!(error.contains("argument 0: 12 bytes for f32[2,2], which needs 16"), "{error}");
+        let error = square.run_into(&[x.bytes()], &mut [&mut [0u8; 8]]).unwrap_err().to_string();
+        assert!(error.contains("output 0: 8 bytes"), "{error}");
+        let unaligned = [0u8; 17];
+        let error = square.run_into(&[&unaligned[1..]], &mut [&mut [0u8; 16]]);
+        if (unaligned[1..].as_ptr() as usize) % 4 != 0 {
+            assert!(error.unwrap_err().to_string().contains("not aligned to 4 bytes"));
+        }
+    }
+
     #[test]
     fn wrong_arguments_are_refused_naming_the_parameter() {
         let executable = Executable::compile(&fixture("matmul_plus1.hlo.pb")).unwrap();
