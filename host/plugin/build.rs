@@ -1,7 +1,8 @@
 //! Generates the field numbers of the graph wire format from
 //! `proto/graph.proto` (see `src/graph/schema.rs`), with protox: no `protoc`
-//! binary needed; and links the plugin to the TensorFlow libraries whose C
-//! API it calls.
+//! binary needed; links the plugin to the TensorFlow libraries whose C
+//! API it calls; and, with the `pjrt` feature, compiles the C++ shim
+//! (`shim/pjrt_shim.cc`) against the TensorFlow wheel's headers.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -28,7 +29,111 @@ fn main() -> Result<()> {
     if std::env::var("CARGO_CFG_TARGET_OS")? == "linux" {
         link_tensorflow()?;
     }
+    if std::env::var_os("CARGO_FEATURE_PJRT").is_some() {
+        build_pjrt_shim()?;
+    }
     Ok(())
+}
+
+/// Compiles the PJRT shim against the headers of the TensorFlow wheel it is
+/// for (`TFWASM_TF_INCLUDE`, else the workspace's `.venv`), with that
+/// wheel's C++ ABI, and records the wheel's version: the plugin calls the
+/// shim only in that TensorFlow (`TFWASM_PJRT_SHIM_TENSORFLOW`).
+#[cfg(feature = "pjrt")]
+fn build_pjrt_shim() -> Result<()> {
+    println!("cargo:rerun-if-env-changed=TFWASM_TF_INCLUDE");
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    let shim = manifest.join("shim/pjrt_shim.cc");
+    println!("cargo:rerun-if-changed={}", shim.display());
+    let include = match std::env::var_os("TFWASM_TF_INCLUDE") {
+        Some(dir) => PathBuf::from(dir),
+        None => venv_tensorflow_include(&manifest.join("../../.venv"))?,
+    };
+    anyhow::ensure!(
+        include.join("tensorflow/compiler/jit/flags.h").is_file(),
+        "the pjrt feature needs TensorFlow's headers: {} has no tensorflow/compiler/jit/flags.h (set \
+         TFWASM_TF_INCLUDE to site-packages/tensorflow/include)",
+        include.display()
+    );
+    let version = wheel_version(&include)?;
+    println!("cargo:rustc-env=TFWASM_PJRT_SHIM_TENSORFLOW={version}");
+    cc::Build::new()
+        .cpp(true)
+        .file(&shim)
+        .include(&include)
+        .flag("-std=c++17")
+        .define("_GLIBCXX_USE_CXX11_ABI", "1")
+        .define("EIGEN_MAX_ALIGN_BYTES", "64")
+        // TensorFlow's headers warn a lot under -Wall; the shim is small.
+        .warnings(false)
+        .compile("tfwasm_pjrt_shim");
+    Ok(())
+}
+
+#[cfg(not(feature = "pjrt"))]
+fn build_pjrt_shim() -> Result<()> {
+    unreachable!("CARGO_FEATURE_PJRT is set only with the feature")
+}
+
+/// `<venv>/lib/python3.*/site-packages/tensorflow/include`.
+#[cfg(feature = "pjrt")]
+fn venv_tensorflow_include(venv: &std::path::Path) -> Result<PathBuf> {
+    let lib = venv.join("lib");
+    let entries = std::fs::read_dir(&lib).with_context(|| {
+        format!("the pjrt feature needs TensorFlow's headers: set TFWASM_TF_INCLUDE (no {})", lib.display())
+    })?;
+    for entry in entries {
+        let include = entry?.path().join("site-packages/tensorflow/include");
+        if include.is_dir() {
+            return Ok(include);
+        }
+    }
+    anyhow::bail!(
+        "the pjrt feature needs TensorFlow's headers: set TFWASM_TF_INCLUDE (no TensorFlow in {})",
+        venv.display()
+    )
+}
+
+/// The version of the wheel whose headers are in `include`
+/// (`site-packages/tensorflow/include`), from its `dist-info`, written as
+/// `TF_Version()` writes it (`2.21.0`, `2.22.0-dev20250601`, `2.21.0-rc1`).
+#[cfg(feature = "pjrt")]
+fn wheel_version(include: &std::path::Path) -> Result<String> {
+    let site_packages = include.join("../..");
+    for entry in std::fs::read_dir(&site_packages).with_context(|| format!("reading {}", site_packages.display()))? {
+        let path = entry?.path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        if !(name.starts_with("tensorflow") || name.starts_with("tf_nightly")) || !name.ends_with(".dist-info") {
+            continue;
+        }
+        let metadata = std::fs::read_to_string(path.join("METADATA")).unwrap_or_default();
+        let is_tensorflow = metadata.lines().any(|l| {
+            l.strip_prefix("Name: ").is_some_and(|n| {
+                let n = n.trim().to_lowercase().replace(['_', '.'], "-");
+                ["tensorflow", "tensorflow-cpu", "tf-nightly", "tf-nightly-cpu"].contains(&n.as_str())
+            })
+        });
+        if let Some(version) = metadata.lines().find_map(|l| l.strip_prefix("Version: ")).filter(|_| is_tensorflow) {
+            println!("cargo:rerun-if-changed={}", path.join("METADATA").display());
+            return Ok(pep440_to_tensorflow(version.trim()));
+        }
+    }
+    anyhow::bail!("no TensorFlow dist-info beside {}: cannot tell which TensorFlow the shim is for", include.display())
+}
+
+/// `2.22.0.dev20250601` → `2.22.0-dev20250601`, `2.21.0rc1` → `2.21.0-rc1`.
+#[cfg(feature = "pjrt")]
+fn pep440_to_tensorflow(version: &str) -> String {
+    let release_end = version
+        .char_indices()
+        .find(|&(i, c)| {
+            c.is_ascii_alphabetic() || (c == '.' && version[i + 1..].starts_with(|n: char| n.is_ascii_alphabetic()))
+        })
+        .map(|(i, _)| i);
+    match release_end {
+        Some(i) => format!("{}-{}", &version[..i], version[i..].trim_start_matches('.')),
+        None => version.to_owned(),
+    }
 }
 
 /// The libraries whose C API the plugin calls: `kernels.h`, `tf_status.h`

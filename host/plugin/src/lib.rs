@@ -25,6 +25,8 @@
 //! - [`device`], [`sandbox`], [`policy`], [`error`]: re-exported from
 //!   `tfwasm-runtime` (`host/runtime`), which builds on any OS and knows
 //!   nothing of TensorFlow.
+//! - `pjrt` (cargo feature `pjrt`, off by default): the PJRT client XLA
+//!   launches on the device go through (issue 45), over `tfwasm-xla`.
 //! - [`kernels`]: re-exported `tfwasm-kernels` (`host/kernels`), the native
 //!   compute behind the ops registered through `TF_InitKernel`.
 //!
@@ -39,6 +41,8 @@ pub mod abi;
 pub mod config;
 pub mod graph;
 pub mod optimizer;
+#[cfg(feature = "pjrt")]
+pub mod pjrt;
 
 pub use tfwasm_kernels as kernels;
 pub use tfwasm_runtime::{device, error, passes, policy, pool, sandbox};

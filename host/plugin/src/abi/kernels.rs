@@ -64,6 +64,10 @@ pub extern "C" fn TF_InitKernel() {
                 return Ok(());
             }
         };
+        // XLA launches through the PJRT client: after the SE and
+        // NextPluggableDevice modules, which TensorFlow loads first.
+        #[cfg(feature = "pjrt")]
+        super::npd::install_shim(device_type);
         let fused = register_own_op(fused::OP, &["inputs: N * T"], &["N: int >= 1", "T: {float}", "expr: string"])
             .map_err(|error| tracing::warn!("{error}; no pass may emit it"))
             .is_ok();

@@ -9,6 +9,8 @@
 pub mod ffi;
 pub mod graph;
 pub mod kernels;
+#[cfg(feature = "pjrt")]
+pub mod npd;
 pub mod pjrt;
 #[cfg(feature = "profiler")]
 pub mod profiler;
