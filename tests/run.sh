@@ -10,6 +10,8 @@
 #   3. cargo check -p tfwasm-runtime -p tfwasm-cli --target …
 #                                                the runtime and the command build for Windows and macOS
 #   4. pytest tests/python                       the plugin inside the real TensorFlow
+#                                                (and, under stable, the plugin built with
+#                                                --features pjrt: test_xla_pjrt.py)
 # Stops at the first failure. Non-interactive, so the same under CI=true.
 #
 #   bash tests/run.sh               against tensorflow-cpu 2.21 in .venv/ (what CI runs)
@@ -85,6 +87,16 @@ run "plugin without the profiler" cargo build --release -q -p tfwasm --no-defaul
 if nm -D --defined-only target/release/libtfwasm.so | grep -qw TF_InitProfiler; then
     echo "tests/run.sh: the plugin built without the profiler still exports TF_InitProfiler" >&2
     exit 1
+fi
+# The plugin with XLA through PJRT (cargo feature `pjrt`, off by default;
+# issue 45 stage 1): built against this TensorFlow's headers
+# (TFWASM_TF_INCLUDE), kept aside, and loaded by tests/python/test_xla_pjrt.py
+# in the python tests below (TFWASM_PJRT_LIBRARY). Stable only: its C++ shim
+# installs itself only in the one TensorFlow build it was compiled for.
+if [[ "$TFWASM_TF" == stable ]]; then
+    run "plugin with pjrt" cargo build --release -q -p tfwasm --features pjrt
+    cp target/release/libtfwasm.so "$log_dir/libtfwasm-pjrt.so"
+    export TFWASM_PJRT_LIBRARY="$log_dir/libtfwasm-pjrt.so"
 fi
 run "plugin with the profiler" cargo build --release -q -p tfwasm -p tfwasm-cli
 
