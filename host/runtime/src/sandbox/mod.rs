@@ -227,10 +227,10 @@ impl LogBudget {
             window.used = (0, 0);
             window.started = Instant::now();
         }
-        let fits = |used: (u32, u64), budget: (u32, u64)| used.0 < budget.0 && used.1 + bytes <= budget.1;
+        let fits = |used: (u32, u64), budget: (u32, u64)| used.0 < budget.0 && used.1.saturating_add(bytes) <= budget.1;
         if fits(self.call, self.per_call) && fits(window.used, self.per_second) {
-            self.call = (self.call.0 + 1, self.call.1 + bytes);
-            window.used = (window.used.0 + 1, window.used.1 + bytes);
+            self.call = (self.call.0 + 1, self.call.1.saturating_add(bytes));
+            window.used = (window.used.0 + 1, window.used.1.saturating_add(bytes));
             true
         } else {
             window.dropped = (window.dropped.0 + 1, window.dropped.1 + bytes);

@@ -73,11 +73,21 @@ fn program(rate: usize) -> Arc<GuestProgram> {
                 policy.device.huge_pages = false;
                 policy.guest.config.insert("seed".into(), toml::Value::Integer(20_240_611));
                 policy.guest.config.insert("lie-rate".into(), toml::Value::String(rate.to_string()));
+                unbudgeted_log(&mut policy);
                 GuestProgram::load(&policy).expect("the fuzz guest loads")
             })
             .collect()
     })[rate]
         .clone()
+}
+
+/// The guest confesses every lie in a log line the test counts, thousands a
+/// second: the policy's log budget, which would drop some, is lifted.
+fn unbudgeted_log(policy: &mut Policy) {
+    policy.limits.log_lines_per_call = u32::MAX;
+    policy.limits.log_bytes_per_call = u64::MAX;
+    policy.limits.log_lines_per_second = u32::MAX;
+    policy.limits.log_bytes_per_second = u64::MAX;
 }
 
 /// A device whose guest lies in every `allocate` and nowhere else: one
@@ -88,6 +98,7 @@ fn lies_in_allocate_only(ordinal: u32) -> Arc<Device> {
     policy.device.huge_pages = false;
     policy.guest.config.insert("lie-rate".into(), toml::Value::String("1".into()));
     policy.guest.config.insert("lie-in".into(), toml::Value::String("allocate".into()));
+    unbudgeted_log(&mut policy);
     let program = GuestProgram::load(&policy).expect("the fuzz guest loads");
     Device::new(&program, "WASM", ordinal).expect("the device starts")
 }

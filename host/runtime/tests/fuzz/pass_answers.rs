@@ -147,7 +147,13 @@ fn pass_answers() {
                 answer.encode_to_vec()
             };
             let emits = vec!["_TfwasmFusedElementwise".to_owned()];
-            let expect = Expectations { device_type: "WASM", preserve: &preserve, emits: &emits };
+            let expect = Expectations {
+                device_type: "WASM",
+                preserve: &preserve,
+                emits: &emits,
+                device_count: 1,
+                max_growth: 4.0,
+            };
             match check_answer(&given, &answer, &expect, &catalog) {
                 Ok(graph) => {
                     accepted.fetch_add(1, Ordering::Relaxed);
