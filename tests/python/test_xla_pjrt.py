@@ -2,8 +2,8 @@
 the plugin built with the cargo feature ``pjrt``.
 
     cargo build --release -p tfwasm --features pjrt
-    cp target/release/libtfwasm.so /tmp/pjrt/libtfwasm.so
-    TFWASM_PJRT_LIBRARY=/tmp/pjrt/libtfwasm.so python -m pytest tests/python/test_xla_pjrt.py
+    cp target/release/libtfwasm.so SOMEWHERE/libtfwasm.so
+    TFWASM_PJRT_LIBRARY=SOMEWHERE/libtfwasm.so python -m pytest tests/python/test_xla_pjrt.py
 
 Skipped unless ``TFWASM_PJRT_LIBRARY`` names such a build: the default build
 (what users get) has no PJRT. The build is loaded from an overlay of this
