@@ -242,6 +242,54 @@ pub fn implements(op: &[u8], type_of: &dyn Fn(&str) -> Option<i64>) -> bool {
     })
 }
 
+/// Every element type a kernel may be registered for, in the order of the
+/// op × type table ([`dtype_table`]).
+pub const DTYPES: [DType; 9] =
+    [DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32, DType::I64, DType::U8, DType::U64, DType::Bool];
+
+/// The op × element-type table of [`registry()`], as Markdown: one row per
+/// op, a mark under each type its first type attribute is registered for
+/// (`T` for most ops), and the other type attributes' types in the last
+/// column. `docs/kernels.md` holds it; a test keeps the two equal.
+pub fn dtype_table() -> String {
+    use std::collections::{BTreeMap, BTreeSet};
+    #[derive(Default)]
+    struct Row {
+        first: Option<&'static str>,
+        types: BTreeSet<usize>,
+        others: BTreeMap<&'static str, BTreeSet<usize>>,
+    }
+    let index = |dtype: DType| DTYPES.iter().position(|&d| d == dtype).unwrap_or(DTYPES.len());
+    let mut rows: BTreeMap<&'static str, Row> = BTreeMap::new();
+    for def in registry() {
+        let row = rows.entry(def.op).or_default();
+        for (position, &(attr, dtypes)) in def.types.iter().enumerate() {
+            let first = *row.first.get_or_insert(attr);
+            let set = if position == 0 && attr == first { &mut row.types } else { row.others.entry(attr).or_default() };
+            set.extend(dtypes.iter().map(|&d| index(d)));
+        }
+    }
+    let mut table = String::from("| op | attr |");
+    for dtype in DTYPES {
+        table.push_str(&format!(" {} |", dtype.name()));
+    }
+    table.push_str(" other type attributes |\n|");
+    table.push_str(&" --- |".repeat(DTYPES.len() + 3));
+    table.push('\n');
+    let names = |set: &BTreeSet<usize>| -> String {
+        set.iter().filter_map(|&i| DTYPES.get(i)).map(|d| d.name()).collect::<Vec<_>>().join(", ")
+    };
+    for (op, row) in &rows {
+        table.push_str(&format!("| {op} | {} |", row.first.unwrap_or("—")));
+        for i in 0..DTYPES.len() {
+            table.push_str(if row.types.contains(&i) { " ✓ |" } else { " |" });
+        }
+        let others: Vec<String> = row.others.iter().map(|(attr, set)| format!("{attr}: {}", names(set))).collect();
+        table.push_str(&format!(" {} |\n", others.join("; ")));
+    }
+    table
+}
+
 /// Checks the number of inputs TensorFlow passed.
 pub fn expect_inputs(op: &str, ctx: &dyn OpContext, count: usize) -> Result<(), Error> {
     let inputs = ctx.num_inputs();
@@ -284,6 +332,42 @@ mod tests {
         assert!(!implements(b"MatMul", &types(&[("T", 20)])));
         assert!(!implements(b"NoSuchOp", &types(&[])));
         assert!(!implements(&[0xff, 0xfe], &types(&[])));
+    }
+
+    /// `docs/kernels.md` holds [`dtype_table`] between two markers; with
+    /// `TFWASM_BLESS=1` this test writes it there.
+    #[test]
+    fn the_docs_op_by_type_table_is_the_registrys() {
+        const BEGIN: &str = "<!-- op × type table: generated from the registry, see tfwasm_kernels::dtype_table -->\n";
+        const END: &str = "<!-- end of the op × type table -->";
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/kernels.md");
+        let docs = std::fs::read_to_string(&path).unwrap();
+        let start = docs.find(BEGIN).expect("docs/kernels.md has the table's begin marker") + BEGIN.len();
+        let end = start + docs[start..].find(END).expect("docs/kernels.md has the table's end marker");
+        let table = dtype_table();
+        if std::env::var("TFWASM_BLESS").is_ok_and(|v| v == "1") {
+            std::fs::write(&path, format!("{}{table}{}", &docs[..start], &docs[end..])).unwrap();
+            return;
+        }
+        assert!(
+            docs[start..end] == table,
+            "docs/kernels.md's op × type table is not the registry's: TFWASM_BLESS=1 cargo test -p tfwasm-kernels \
+             the_docs_op_by_type_table rewrites it"
+        );
+    }
+
+    #[test]
+    fn the_table_marks_what_is_registered() {
+        let table = dtype_table();
+        let row = |op: &str| table.lines().find(|l| l.starts_with(&format!("| {op} |"))).unwrap().to_owned();
+        // float32 AddV2 and int64 AddV2 are ours, int32 TensorFlow's.
+        let add_row = row("AddV2");
+        let add: Vec<&str> = add_row.split('|').map(str::trim).collect();
+        assert_eq!(&add[1..4], ["AddV2", "T", "✓"], "{add:?}");
+        assert_eq!(add[2 + 1 + DTYPES.iter().position(|&d| d == DType::I32).unwrap()], "");
+        assert_eq!(add[2 + 1 + DTYPES.iter().position(|&d| d == DType::I64).unwrap()], "✓");
+        assert!(row("Sum").contains("Tidx: int32, int64"), "{}", row("Sum"));
+        assert!(row("LogicalAnd").contains("| LogicalAnd | — |"), "{}", row("LogicalAnd"));
     }
 
     #[test]
