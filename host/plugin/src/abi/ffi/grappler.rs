@@ -156,26 +156,6 @@ pub struct TP_OptimizerRegistrationParams {
 pub const TP_OPTIMIZER_REGISTRATION_PARAMS_STRUCT_SIZE: usize =
     offset_of_end!(TP_OptimizerRegistrationParams, optimizer);
 
-macro_rules! versioned_default {
-    ($ty:ident, $size:ident) => {
-        impl $ty {
-            /// The `struct_size` this crate writes (the header's `$size`).
-            pub const fn struct_size() -> usize {
-                $size
-            }
-        }
-        impl Default for $ty {
-            fn default() -> Self {
-                // SAFETY: every field is an integer, a raw pointer, an
-                // `Option<fn>` or a `TF_TriState` (whose 0 is `Default`);
-                // all-zero is a valid value for each of them.
-                let mut value: Self = unsafe { std::mem::zeroed() };
-                value.struct_size = $size;
-                value
-            }
-        }
-    };
-}
 versioned_default!(TP_OptimizerConfigs, TP_OPTIMIZER_CONFIGS_STRUCT_SIZE);
 versioned_default!(TP_Optimizer, TP_OPTIMIZER_STRUCT_SIZE);
 versioned_default!(TP_OptimizerRegistrationParams, TP_OPTIMIZER_REGISTRATION_PARAMS_STRUCT_SIZE);

@@ -148,24 +148,5 @@ pub const TFNPD_PLUGIN_PARAMS_STRUCT_SIZE: usize = offset_of_end!(TFNPD_PluginPa
 pub type TFNPD_InitPlugin =
     unsafe extern "C" fn(params: *mut TFNPD_PluginParams, tf_status: *mut TF_Status) -> *const TFNPD_Api;
 
-macro_rules! versioned_default {
-    ($ty:ident, $size:ident) => {
-        impl $ty {
-            /// The `struct_size` this crate writes (the header's `$size`).
-            pub const fn struct_size() -> usize {
-                $size
-            }
-        }
-        impl Default for $ty {
-            fn default() -> Self {
-                // SAFETY: every field is an integer, a bool, a raw pointer or
-                // an `Option<fn>`; all-zero is a valid value for each of them.
-                let mut value: Self = unsafe { std::mem::zeroed() };
-                value.struct_size = $size;
-                value
-            }
-        }
-    };
-}
 versioned_default!(TFNPD_Api, TFNPD_Api_STRUCT_SIZE);
 versioned_default!(TFNPD_PluginParams, TFNPD_PLUGIN_PARAMS_STRUCT_SIZE);

@@ -67,25 +67,6 @@ pub struct TF_ProfilerRegistrationParams {
 pub const TF_PROFILER_REGISTRATION_PARAMS_STRUCT_SIZE: usize =
     offset_of_end!(TF_ProfilerRegistrationParams, destroy_profiler_fns);
 
-macro_rules! versioned_default {
-    ($ty:ident, $size:ident) => {
-        impl $ty {
-            /// The `struct_size` this crate writes (the header's `$size`).
-            pub const fn struct_size() -> usize {
-                $size
-            }
-        }
-        impl Default for $ty {
-            fn default() -> Self {
-                // SAFETY: every field is an integer, a raw pointer or an
-                // `Option<fn>`; all-zero is a valid value for each of them.
-                let mut value: Self = unsafe { std::mem::zeroed() };
-                value.struct_size = $size;
-                value
-            }
-        }
-    };
-}
 versioned_default!(TP_Profiler, TP_PROFILER_STRUCT_SIZE);
 versioned_default!(TP_ProfilerFns, TP_PROFILER_FNS_STRUCT_SIZE);
 versioned_default!(TF_ProfilerRegistrationParams, TF_PROFILER_REGISTRATION_PARAMS_STRUCT_SIZE);

@@ -40,33 +40,13 @@ macro_rules! offset_of_end {
 #[allow(unused_imports)]
 pub(crate) use offset_of_end;
 
-macro_rules! versioned_default {
-    ($ty:ident, $last:ident) => {
-        impl $ty {
-            /// The `struct_size` this crate writes: the end of `$last`.
-            pub fn struct_size() -> usize {
-                offset_of_end!($ty, $last)
-            }
-        }
-        impl Default for $ty {
-            fn default() -> Self {
-                // SAFETY: every field is an integer, a float, a raw pointer or an
-                // `Option<fn>`; all-zero is a valid value for each of them.
-                let mut value: Self = unsafe { std::mem::zeroed() };
-                value.struct_size = Self::struct_size();
-                value
-            }
-        }
-    };
-}
-
 #[repr(C)]
 pub struct SP_TimerFns {
     pub struct_size: usize,
     pub ext: *mut c_void,
     pub nanoseconds: Option<unsafe extern "C" fn(timer: SP_Timer) -> u64>,
 }
-versioned_default!(SP_TimerFns, nanoseconds);
+versioned_default!(SP_TimerFns, end of nanoseconds);
 
 #[repr(C)]
 pub struct SP_AllocatorStats {
@@ -83,7 +63,7 @@ pub struct SP_AllocatorStats {
     pub bytes_reservable_limit: i64,
     pub largest_free_block_bytes: i64,
 }
-versioned_default!(SP_AllocatorStats, largest_free_block_bytes);
+versioned_default!(SP_AllocatorStats, end of largest_free_block_bytes);
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,7 +82,7 @@ pub struct SP_DeviceMemoryBase {
     pub size: u64,
     pub payload: u64,
 }
-versioned_default!(SP_DeviceMemoryBase, payload);
+versioned_default!(SP_DeviceMemoryBase, end of payload);
 
 #[repr(C)]
 pub struct SP_Device {
@@ -114,7 +94,7 @@ pub struct SP_Device {
     pub device_vendor: *const c_char,
     pub pci_bus_id: *const c_char,
 }
-versioned_default!(SP_Device, pci_bus_id);
+versioned_default!(SP_Device, end of pci_bus_id);
 
 #[repr(C)]
 pub struct SE_CreateDeviceParams {
@@ -123,7 +103,7 @@ pub struct SE_CreateDeviceParams {
     pub ordinal: i32,
     pub device: *mut SP_Device,
 }
-versioned_default!(SE_CreateDeviceParams, device);
+versioned_default!(SE_CreateDeviceParams, end of device);
 
 #[repr(C)]
 pub struct SP_DeviceFns {
@@ -133,7 +113,7 @@ pub struct SP_DeviceFns {
     pub get_memory_bandwidth: Option<unsafe extern "C" fn(device: *const SP_Device) -> i64>,
     pub get_gflops: Option<unsafe extern "C" fn(device: *const SP_Device) -> f64>,
 }
-versioned_default!(SP_DeviceFns, get_gflops);
+versioned_default!(SP_DeviceFns, end of get_gflops);
 
 #[repr(C)]
 pub struct SE_CreateDeviceFnsParams {
@@ -141,7 +121,7 @@ pub struct SE_CreateDeviceFnsParams {
     pub ext: *mut c_void,
     pub device_fns: *mut SP_DeviceFns,
 }
-versioned_default!(SE_CreateDeviceFnsParams, device_fns);
+versioned_default!(SE_CreateDeviceFnsParams, end of device_fns);
 
 type Dev = *const SP_Device;
 type St = *mut TF_Status;
@@ -195,7 +175,7 @@ pub struct SP_StreamExecutor {
     pub host_callback:
         Option<unsafe extern "C" fn(Dev, SP_Stream, callback: SE_StatusCallbackFn, arg: *mut c_void) -> TF_Bool>,
 }
-versioned_default!(SP_StreamExecutor, host_callback);
+versioned_default!(SP_StreamExecutor, end of host_callback);
 
 #[repr(C)]
 pub struct SE_CreateStreamExecutorParams {
@@ -203,7 +183,7 @@ pub struct SE_CreateStreamExecutorParams {
     pub ext: *mut c_void,
     pub stream_executor: *mut SP_StreamExecutor,
 }
-versioned_default!(SE_CreateStreamExecutorParams, stream_executor);
+versioned_default!(SE_CreateStreamExecutorParams, end of stream_executor);
 
 #[repr(C)]
 pub struct SP_Platform {
@@ -215,7 +195,7 @@ pub struct SP_Platform {
     pub use_bfc_allocator: TF_Bool,
     pub force_memory_growth: TF_Bool,
 }
-versioned_default!(SP_Platform, force_memory_growth);
+versioned_default!(SP_Platform, end of force_memory_growth);
 
 type Plat = *const SP_Platform;
 
@@ -233,7 +213,7 @@ pub struct SP_PlatformFns {
     pub create_timer_fns: Option<unsafe extern "C" fn(Plat, timer_fns: *mut SP_TimerFns, St)>,
     pub destroy_timer_fns: Option<unsafe extern "C" fn(Plat, timer_fns: *mut SP_TimerFns)>,
 }
-versioned_default!(SP_PlatformFns, destroy_timer_fns);
+versioned_default!(SP_PlatformFns, end of destroy_timer_fns);
 
 #[repr(C)]
 pub struct SE_PlatformRegistrationParams {
@@ -247,7 +227,7 @@ pub struct SE_PlatformRegistrationParams {
     pub destroy_platform: Option<unsafe extern "C" fn(platform: *mut SP_Platform)>,
     pub destroy_platform_fns: Option<unsafe extern "C" fn(platform_fns: *mut SP_PlatformFns)>,
 }
-versioned_default!(SE_PlatformRegistrationParams, destroy_platform_fns);
+versioned_default!(SE_PlatformRegistrationParams, end of destroy_platform_fns);
 
 /// Keeps `ptr` imported for docs that mention null handles.
 #[allow(dead_code)]
