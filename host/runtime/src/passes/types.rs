@@ -84,6 +84,28 @@ fn attr<'a>(node: &'a NodeDef, op: &'a OpDef, name: &str) -> Option<&'a attr_val
         .and_then(|v| v.value.as_ref())
 }
 
+/// How many tensors argument `arg` of `op` stands for on `node`: `N` for
+/// `N * T`, the list's length for a type list, else one.
+pub fn arg_count(node: &NodeDef, op: &OpDef, arg: &ArgDef) -> Result<usize, String> {
+    if !arg.number_attr.is_empty() {
+        match attr(node, op, &arg.number_attr) {
+            Some(attr_value::Value::I(n)) => usize::try_from(*n).map_err(|_| format!("`{}` is {n}", arg.number_attr)),
+            _ => Err(format!("it has no integer attribute `{}`", arg.number_attr)),
+        }
+    } else if !arg.type_list_attr.is_empty() {
+        match attr(node, op, &arg.type_list_attr) {
+            Some(attr_value::Value::List(list)) => Ok(list.r#type.len()),
+            _ => Err(format!("it has no type-list attribute `{}`", arg.type_list_attr)),
+        }
+    } else {
+        Ok(1)
+    }
+}
+
+/// The most tensors one `N * T` argument may stand for in a signature this
+/// module spells out type by type.
+const MAX_REPEATED: usize = 1 << 20;
+
 fn arg_types(node: &NodeDef, op: &OpDef, args: &[ArgDef]) -> Result<Vec<i32>, String> {
     let mut types = Vec::new();
     for arg in args {
@@ -101,11 +123,10 @@ fn arg_types(node: &NodeDef, op: &OpDef, args: &[ArgDef]) -> Result<Vec<i32>, St
             Ok(if arg.is_ref { dtype + REF_OFFSET } else { dtype })
         };
         if !arg.number_attr.is_empty() {
-            let n = match attr(node, op, &arg.number_attr) {
-                Some(attr_value::Value::I(n)) if *n >= 0 && *n <= 1 << 20 => *n as usize,
-                Some(attr_value::Value::I(n)) => return Err(format!("`{}` is {n}", arg.number_attr)),
-                _ => return Err(format!("it has no integer attribute `{}`", arg.number_attr)),
-            };
+            let n = arg_count(node, op, arg)?;
+            if n > MAX_REPEATED {
+                return Err(format!("`{}` is {n}", arg.number_attr));
+            }
             let dtype = one()?;
             types.extend(std::iter::repeat_n(dtype, n));
         } else if !arg.type_list_attr.is_empty() {

@@ -29,7 +29,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use tfwasm_proto::graph::{attr_value, AttrValue, GraphDef, NodeDef, OpDef};
+use tfwasm_proto::graph::{attr_value, GraphDef, NodeDef, OpDef};
 use tfwasm_proto::prost::Message;
 
 use super::types::{self, Signature};
@@ -212,11 +212,15 @@ pub fn check_answer(
         .collect();
     let on_device = format!("device:{}:", expect.device_type);
     let devices = Devices::of(given, expect.device_type, expect.device_count);
-    let untouched = |node: &NodeDef| given_nodes.get(node.name.as_str()).is_some_and(|before| *before == node);
-    for node in &graph.node {
-        if untouched(node) {
-            continue; // TensorFlow's own node, untouched
-        }
+    // The nodes the pass added or changed; TensorFlow's own, untouched, are
+    // not the pass's to answer for.
+    let touched: HashSet<&str> = graph
+        .node
+        .iter()
+        .filter(|node| given_nodes.get(node.name.as_str()).is_none_or(|before| *before != *node))
+        .map(|node| node.name.as_str())
+        .collect();
+    for node in graph.node.iter().filter(|node| touched.contains(node.name.as_str())) {
         if !well_formed_device(&node.device) {
             return Err(Refusal::BadDevice { node: node.name.clone(), device: node.device.clone() });
         }
@@ -254,8 +258,8 @@ pub fn check_answer(
     }
     // The edges before the kernels: a node whose inputs TensorFlow would not
     // import is refused for that, whatever its types would run on.
-    check_edges(given, &graph, &signatures, &untouched)?;
-    for node in graph.node.iter().filter(|node| !untouched(node)) {
+    check_edges(&graph, &given_nodes, &touched, &signatures)?;
+    for node in graph.node.iter().filter(|node| touched.contains(node.name.as_str())) {
         if node.device.contains(&on_device)
             && !library.contains(node.op.as_str())
             && !catalog.has_kernel(node)
@@ -277,17 +281,15 @@ pub fn check_answer(
 /// it lives on (unless TensorFlow's own graph had that edge so: a call may
 /// take resources of several devices).
 fn check_edges(
-    given: &GraphDef,
     graph: &GraphDef,
+    given_nodes: &HashMap<&str, &NodeDef>,
+    touched: &HashSet<&str>,
     signatures: &Signatures<'_>,
-    untouched: &dyn Fn(&NodeDef) -> bool,
 ) -> Result<(), Refusal> {
-    let nodes: HashMap<&str, &NodeDef> = graph.node.iter().map(|n| (n.name.as_str(), n)).collect();
-    let given_nodes: HashMap<&str, &NodeDef> = given.node.iter().map(|n| (n.name.as_str(), n)).collect();
-    let touched: HashSet<&str> = graph.node.iter().filter(|n| !untouched(n)).map(|n| n.name.as_str()).collect();
     if touched.is_empty() {
         return Ok(());
     }
+    let nodes: HashMap<&str, &NodeDef> = graph.node.iter().map(|n| (n.name.as_str(), n)).collect();
     for node in &graph.node {
         let data: Vec<(&str, usize)> = node
             .input
@@ -512,28 +514,9 @@ impl<'a> Signatures<'a> {
 /// plain output argument, N for `N * T`, the list's length for a type list.
 fn count_outputs(node: &NodeDef, signature: &OpDef) -> Result<usize, Refusal> {
     let uncountable = |reason: String| Refusal::Uncountable { node: node.name.clone(), reason };
-    let attr = |name: &str| -> Option<&AttrValue> {
-        node.attr
-            .get(name)
-            .or_else(|| signature.attr.iter().find(|a| a.name == name).and_then(|a| a.default_value.as_ref()))
-    };
     let mut total = 0usize;
     for arg in &signature.output_arg {
-        let count = if !arg.number_attr.is_empty() {
-            match attr(&arg.number_attr).and_then(|v| v.value.as_ref()) {
-                Some(attr_value::Value::I(n)) => {
-                    usize::try_from(*n).map_err(|_| uncountable(format!("`{}` is {n}", arg.number_attr)))?
-                }
-                _ => return Err(uncountable(format!("it has no integer attribute `{}`", arg.number_attr))),
-            }
-        } else if !arg.type_list_attr.is_empty() {
-            match attr(&arg.type_list_attr).and_then(|v| v.value.as_ref()) {
-                Some(attr_value::Value::List(list)) => list.r#type.len(),
-                _ => return Err(uncountable(format!("it has no type-list attribute `{}`", arg.type_list_attr))),
-            }
-        } else {
-            1
-        };
+        let count = types::arg_count(node, signature, arg).map_err(uncountable)?;
         total = total.checked_add(count).ok_or_else(|| uncountable("too many outputs".into()))?;
     }
     Ok(total)
@@ -617,7 +600,7 @@ pub fn well_formed_device(device: &str) -> bool {
 mod tests {
     use super::*;
     use tfwasm_proto::graph::op_def::{ArgDef, AttrDef};
-    use tfwasm_proto::graph::{FunctionDef, FunctionDefLibrary, VersionDef};
+    use tfwasm_proto::graph::{AttrValue, FunctionDef, FunctionDefLibrary, VersionDef};
 
     /// A catalog of a few ops: `Const` (1 output), `Add` (1), `Split`
     /// (`num_split` outputs), `NoOp` (0), `NextIteration`, `Merge` (2);
