@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import sys
 import numpy as np
 import pytest
 
+from test_pass_verify import verify
 from test_training import LOSS_RTOL
 from tfwasm_support import (
     GUEST_BUILD_DIR,
@@ -116,15 +116,15 @@ def policy_with(*passes: dict, count: int = 1) -> dict:
     return policy
 
 
-def fit(policy: dict, directory) -> tuple[dict, TfRun]:
-    """Runs FIT in a fresh interpreter under ``policy``: its findings and the run."""
+def fit(policy: dict, directory, script: str = FIT, tf_log_level: str = "2") -> tuple[dict, TfRun]:
+    """Runs ``script`` (FIT) in a fresh interpreter under ``policy``: its findings and the run."""
     path = directory / f"policy-{len(list(directory.glob('policy-*.toml')))}.toml"
     path.write_text(toml_dumps(policy), encoding="utf-8")
     # The passes must run: an operator's TFWASM_PASSES=0 must not leak in.
-    env = subprocess_env({"TFWASM_PASSES": None, "TF_CPP_MIN_LOG_LEVEL": "2"}, path)
+    env = subprocess_env({"TFWASM_PASSES": None, "TF_CPP_MIN_LOG_LEVEL": tf_log_level}, path)
     try:
         done = subprocess.run(
-            [sys.executable, "-c", SCRIPT_PRELUDE + FIT],
+            [sys.executable, "-c", SCRIPT_PRELUDE + script],
             env=env,
             cwd=directory,
             capture_output=True,
@@ -325,26 +325,8 @@ TENSORFLOW_REFUSALS = re.compile(r"incompatible with expected|Incomplete graph|I
 
 
 def fit_two(policy: dict, directory, jit: bool) -> tuple[dict, TfRun]:
-    path = directory / "policy.toml"
-    path.write_text(toml_dumps(policy), encoding="utf-8")
     # TensorFlow's warnings on: its refusals are what must not appear.
-    env = subprocess_env({"TFWASM_PASSES": None, "TF_CPP_MIN_LOG_LEVEL": "0"}, path)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", SCRIPT_PRELUDE + FIT_TWO.format(jit=jit)],
-            env=env,
-            cwd=directory,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=TIMEOUT,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the Keras fits hung for {TIMEOUT} s under {toml_dumps(policy)}")
-    run = TfRun(done.returncode, done.stdout, done.stderr)
-    assert run.returncode == 0, run.describe()
-    assert run.results().get("cpu", "").startswith("2.0@"), run.describe()
-    return json.loads(run.results()["cases"]), run
+    return fit(policy, directory, FIT_TWO.format(jit=jit), tf_log_level="0")
 
 
 @pytest.fixture(scope="module")
@@ -398,14 +380,8 @@ SEMANTIC = ["add-to-sub", "edit-const", "neuter-assign"]
 @pytest.mark.parametrize("mode", SEMANTIC)
 def test_a_semantic_edit_fails_verify_and_a_verified_policy_refuses_it(mode, tmp_path, cpu_losses_two):
     report = tmp_path / "report.json"
-    env = dict(os.environ, TFWASM_CLI=str(REPO_ROOT / "target" / "release" / "tfwasm"))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT / "host" / "python"), env.get("PYTHONPATH")]))
     keras_step = REPO_ROOT / "tests" / "fixtures" / "graphs" / "keras_mlp_step.pb"
-    done = subprocess.run(
-        [sys.executable, "-m", "tfwasm", "pass", "verify", str(HOSTILE_PASS), str(keras_step),
-         "--config", f"mode={mode}", "--report", str(report)],
-        env=env, cwd=tmp_path, capture_output=True, text=True, errors="replace", timeout=TIMEOUT,
-    )
+    done = verify(HOSTILE_PASS, keras_step, "--config", f"mode={mode}", "--report", report, cwd=tmp_path)
     assert done.returncode == 1, f"verify must fail {mode}:\n{done.stdout}\n{done.stderr}"
     assert json.loads(report.read_text())["passed"] is False
 
