@@ -184,7 +184,6 @@ fn dangling_input(graph: &mut GraphDef, device_type: &str) -> Option<(String, St
 /// The op of the first computing node on the device (or the first node)
 /// becomes [`UNKNOWN_OP`].
 fn unknown_op(graph: &mut GraphDef, device_type: &str) -> Option<(String, String)> {
-    let computes = |n: &NodeDef| !matches!(n.op.as_str(), "_Arg" | "_Retval" | "Const" | "NoOp");
     let at = graph.node.iter().position(|n| on_device(n, device_type) && computes(n)).or(if graph.node.is_empty() {
         None
     } else {
