@@ -29,6 +29,11 @@ fn fixture(name: &str) -> Vec<u8> {
 }
 
 /// Every node name, as TensorFlow would ask them kept when it fetches all.
+/// What the plugin gives a pipeline for one WASM device, with nothing to keep or fetch.
+fn wasm_context(catalog: &Catalog) -> RunContext<'_> {
+    RunContext { device_type: "WASM", preserve: &[], fetch: &[], kernels: catalog.kernels(), catalog, device_count: 1 }
+}
+
 fn names_of(graph: &[u8]) -> Vec<String> {
     GraphDef::decode(graph).unwrap().node.into_iter().map(|n| n.name).collect()
 }
@@ -39,14 +44,7 @@ fn the_reference_pass_rewrites_a_keras_step_and_its_answer_passes_every_check() 
     let pipeline = Pipeline::load(&[section("fuse", fuse_pass())], None);
     assert!(!pipeline.is_empty(), "the pass loads");
     let graph = fixture("keras_mlp_step.pb");
-    let context = RunContext {
-        device_type: "WASM",
-        preserve: &[],
-        fetch: &[],
-        kernels: catalog.kernels(),
-        catalog: &catalog,
-        device_count: 1,
-    };
+    let context = wasm_context(&catalog);
     let outcome = pipeline.run(&graph, &context).unwrap();
     assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
     let rewritten = outcome.graph.expect("Adam's updates fuse");
@@ -84,14 +82,7 @@ fn a_swap_installs_a_new_program_and_refuses_what_is_not_a_pass() {
     // The same file again is a new program (generation + 1) that keeps working.
     pipeline.swap("fuse", &fuse_pass(), None).unwrap();
     assert_eq!(pipeline.status()[0].generation, before.generation + 1);
-    let context = RunContext {
-        device_type: "WASM",
-        preserve: &[],
-        fetch: &[],
-        kernels: catalog.kernels(),
-        catalog: &catalog,
-        device_count: 1,
-    };
+    let context = wasm_context(&catalog);
     let outcome = pipeline.run(&fixture("keras_mlp_step.pb"), &context).unwrap();
     assert!(outcome.graph.is_some() && outcome.failures.is_empty(), "{:?}", outcome.failures);
     assert!(pipeline.swap("nope", &fuse_pass(), None).is_err());
